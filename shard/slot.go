@@ -1,0 +1,278 @@
+package shard
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// A slot's life is a small state machine, driven only by compare-and-swap on
+// one atomic pointer to an immutable [State]:
+//
+//	Empty ──Claim──▶ Creating ──Publish──▶ Ready ──Invalidate──▶ Empty
+//	  ▲                 │                                 (or Seal)
+//	  └────Settle───────┤
+//	                    └──Settle(failure)──▶ Failed ──Claim──▶ Creating
+//	Empty ──(table compaction)──▶ Dead     any ──Seal──▶ Sealed
+//
+// Exactly one goroutine wins the Claim of an Empty or Failed slot; it alone
+// may Publish or Settle the claim, so for a key at most one creation is ever
+// in flight. Everybody else who finds the slot Creating parks on the
+// [Flight]'s Done channel and reads the outcome once it is closed: no
+// spinning, and no placeholder is ever mistaken for a value (the bug of
+// ompi PR #12863), because a Ready state is the only one without a Flight.
+//
+// A Ready state is published by one atomic store after its value is fully
+// built, so the publication synchronizes before every Load that returns the
+// value. States are never mutated after publication; a transition always
+// installs a new State, which is what lets readers take no lock.
+//
+// Failed is either a remembered failure (Until is set: answer the error until
+// then) or a creation that was abandoned by a timeout while its function is
+// still running (Until is zero: answer the error until the creator settles
+// the slot, so that a second creation never overlaps the first).
+//
+// Dead marks an Empty slot that table compaction removed; the key must be
+// looked up again. Sealed is final: the table is closed.
+
+// Status is the state a slot is in; see [State.Status].
+type Status uint8
+
+const (
+	Empty    Status = iota // no value and no creation: Claim may start one
+	Creating               // a creation is in flight: wait on its Flight
+	Ready                  // a value is published
+	Failed                 // a failure is being answered: see Flight.Until
+	Dead                   // removed from the table: look the key up again
+	Sealed                 // the table is closed
+)
+
+var statusNames = [...]string{"empty", "creating", "ready", "failed", "dead", "sealed"}
+
+func (s Status) String() string {
+	if int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return "invalid"
+}
+
+// State is an immutable snapshot of a slot. The nil *State is Empty.
+type State[V any] struct {
+	value  V
+	flight *Flight[V] // nil exactly when the state is Ready
+}
+
+// Status reports which state st is. It does not block. A snapshot of a
+// claim whose flight has since succeeded reports Creating: its Flight's Done
+// is closed and its Result is the published value.
+func (st *State[V]) Status() Status {
+	if st == nil {
+		return Empty
+	}
+	f := st.flight
+	if f == nil {
+		return Ready
+	}
+	switch f.kind {
+	case flightDead:
+		return Dead
+	case flightSealed:
+		return Sealed
+	}
+	select {
+	case <-f.done:
+		if f.err == nil {
+			// A snapshot taken before the slot was published: the flight
+			// succeeded, and waiting on it returns the value at once.
+			return Creating
+		}
+		return Failed
+	default:
+		return Creating
+	}
+}
+
+// Value returns the published value of a Ready state (the zero value otherwise).
+func (st *State[V]) Value() V {
+	var zero V
+	if st == nil || st.flight != nil {
+		return zero
+	}
+	return st.value
+}
+
+// Flight returns the creation of a Creating or Failed state, or nil.
+func (st *State[V]) Flight() *Flight[V] {
+	if st == nil || st.flight == nil || st.flight.kind != flightNormal {
+		return nil
+	}
+	return st.flight
+}
+
+type flightKind uint8
+
+const (
+	flightNormal flightKind = iota
+	flightDead
+	flightSealed
+)
+
+// Flight is one creation of one key: the goroutines that find the slot
+// Creating park on Done and read Result when it is closed.
+//
+// Exactly one party resolves a flight: TryResolve arbitrates between the
+// creator and, for example, a timeout. The winner sets the outcome with
+// Finish, which closes Done; writing the outcome synchronizes before every
+// Result call that follows a receive from Done.
+type Flight[V any] struct {
+	done     chan struct{}
+	resolved atomic.Bool
+	kind     flightKind
+	value    V
+	err      error
+	until    time.Time
+}
+
+func newFlight[V any]() *Flight[V] {
+	return &Flight[V]{done: make(chan struct{})}
+}
+
+// Done is closed when the outcome is set.
+func (f *Flight[V]) Done() <-chan struct{} { return f.done }
+
+// TryResolve reports whether the caller won the right to call Finish. It
+// returns true once per flight.
+func (f *Flight[V]) TryResolve() bool { return f.resolved.CompareAndSwap(false, true) }
+
+// Finish records the outcome and wakes every waiter. Only the goroutine whose
+// TryResolve returned true may call it, and only once. until, for a failure,
+// is the time up to which the failure should be answered without a new
+// creation; the zero time means "until the creator settles the slot".
+func (f *Flight[V]) Finish(v V, err error, until time.Time) {
+	f.value, f.err, f.until = v, err, until
+	close(f.done)
+}
+
+// Result returns the outcome. Call it only after Done is closed.
+func (f *Flight[V]) Result() (V, error) { return f.value, f.err }
+
+// Until returns the time up to which a failed flight's error is answered; see
+// Finish. Call it only after Done is closed.
+func (f *Flight[V]) Until() time.Time { return f.until }
+
+// Slot holds one key: its hash, the key, and the atomic pointer to its
+// current [State]. A slot stays at one address for its whole life, so a
+// goroutine may keep a *Slot across transitions.
+type Slot[K comparable, V any] struct {
+	hash  uint64
+	key   K
+	state atomic.Pointer[State[V]]
+	// first is the Ready state of the slot's first value, allocated with the
+	// slot so that a hit on a key created once (the common case: a peer's
+	// endpoint lives as long as the job) reads one cache line, not two. It is
+	// written once, before its publication, and never reused, so it is as
+	// immutable as any other State. firstUsed is touched only by the owner
+	// of a claim, and claims of one slot are ordered by their CAS.
+	first     State[V]
+	firstUsed bool
+}
+
+// Key returns the slot's key.
+func (s *Slot[K, V]) Key() K { return s.key }
+
+// Hash returns the key's hash in the slot's table.
+func (s *Slot[K, V]) Hash() uint64 { return s.hash }
+
+// State returns the slot's current state (nil when Empty).
+func (s *Slot[K, V]) State() *State[V] { return s.state.Load() }
+
+// Load returns the value of a Ready slot. It takes no lock, allocates nothing
+// and writes nothing: one atomic load and one comparison.
+func (s *Slot[K, V]) Load() (v V, ok bool) {
+	if st := s.state.Load(); st != nil && st.flight == nil {
+		return st.value, true
+	}
+	return v, false
+}
+
+// Claim moves the slot from old, which must be the Empty (nil) or a Failed
+// state the caller has observed, to Creating. It returns the new state and
+// its flight; ok is false when another goroutine changed the slot first (load
+// the state again and decide anew). The winner owns the flight: it must later
+// call Publish or Settle with the returned state.
+func (s *Slot[K, V]) Claim(old *State[V]) (claim *State[V], f *Flight[V], ok bool) {
+	if old != nil && old.Status() != Failed {
+		return nil, nil, false
+	}
+	f = newFlight[V]()
+	claim = &State[V]{flight: f}
+	if !s.state.CompareAndSwap(old, claim) {
+		return nil, nil, false
+	}
+	return claim, f, true
+}
+
+// Publish moves a claimed slot to Ready with v. It reports false if the slot
+// no longer holds claim, which cannot happen unless the table was sealed with
+// the creation still in flight: the caller then still owns v.
+func (s *Slot[K, V]) Publish(claim *State[V], v V) bool {
+	ready := &s.first
+	if s.firstUsed {
+		ready = &State[V]{value: v}
+	} else {
+		s.firstUsed = true
+		ready.value = v
+	}
+	return s.state.CompareAndSwap(claim, ready)
+}
+
+// Settle ends a claim that produced no value: the slot becomes Empty, or, with
+// a non-nil failure (see [NewFailure]), Failed. It reports whether the slot
+// still held claim.
+func (s *Slot[K, V]) Settle(claim, failure *State[V]) bool {
+	return s.state.CompareAndSwap(claim, failure)
+}
+
+// NewFailure returns a Failed state that answers err until the given time.
+func NewFailure[V any](err error, until time.Time) *State[V] {
+	f := newFlight[V]()
+	f.resolved.Store(true)
+	f.Finish(*new(V), err, until)
+	return &State[V]{flight: f}
+}
+
+// Forget moves a slot from the Failed state old to Empty, so that the next
+// caller creates at once. It reports whether the slot still held old.
+func (s *Slot[K, V]) Forget(old *State[V]) bool {
+	if old.Status() != Failed {
+		return false
+	}
+	return s.state.CompareAndSwap(old, nil)
+}
+
+// Invalidate moves a Ready slot to Empty and returns the value it held; the
+// caller now owns that value. ok is false when the slot was not Ready.
+func (s *Slot[K, V]) Invalidate() (v V, ok bool) {
+	for {
+		st := s.state.Load()
+		if st == nil || st.flight != nil {
+			return v, false
+		}
+		if s.state.CompareAndSwap(st, nil) {
+			return st.value, true
+		}
+	}
+}
+
+// InvalidateIf is Invalidate, done only if match reports true for the held
+// value. match may be called more than once, never with a lock held.
+func (s *Slot[K, V]) InvalidateIf(match func(V) bool) (v V, ok bool) {
+	for {
+		st := s.state.Load()
+		if st == nil || st.flight != nil || !match(st.value) {
+			return v, false
+		}
+		if s.state.CompareAndSwap(st, nil) {
+			return st.value, true
+		}
+	}
+}

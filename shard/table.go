@@ -1,0 +1,398 @@
+// Package shard is the concurrent table under [github.com/epcache/epcache]: a
+// sharded, open-addressed hash table of [Slot]s, each moving through the
+// atomic state machine described on [Status].
+//
+// Reads take no lock: [Table.Lookup] probes an immutable snapshot of the
+// shard's cell array, and [Slot.Load] is one atomic load. Inserting a new key
+// takes its shard's mutex for a few nanoseconds; growing a shard builds a new
+// array under that mutex while readers go on probing the old one, so growth
+// never blocks a reader and never blocks another shard. No lock is held while
+// a value is being created: a creation is a Claim of one slot by CAS.
+//
+// Slots are never moved, and a slot leaves the table only when it is Empty:
+// when a shard's array fills up it is rebuilt, and Empty slots are marked
+// Dead (by CAS, so a concurrent Claim either wins and keeps the slot or loses
+// and looks the key up again) and left behind. Memory therefore follows the
+// keys that hold a value or a creation, not every key ever seen.
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"iter"
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Options configures a [Table].
+type Options[K comparable] struct {
+	// Shards is the number of shards, rounded up to a power of two; 0 picks
+	// 4×GOMAXPROCS. Shards only spread insertions and growth: reads never
+	// lock, so more shards do not make hits faster.
+	Shards int
+	// Hash, if set, replaces the built-in hash. The table passes its result
+	// through its own seeded mix, so it need not spread its bits; it must
+	// return equal hashes for equal keys. A Hash that always returns 0 is
+	// slow but correct.
+	Hash func(K) uint64
+}
+
+// MaxShards is the largest shard count a table accepts.
+const MaxShards = 1 << 16
+
+const (
+	// shardShift picks the shard from bits 40 and up of the hash, and the
+	// cell from the low bits: the two never overlap below 2^40 cells a shard.
+	shardShift = 40
+	minCells   = 8
+)
+
+// Table maps keys of type K to [Slot]s holding values of type V.
+// A Table is safe for concurrent use. Its zero value is not usable: call [New].
+type Table[K comparable, V any] struct {
+	shards    []shardPadded[K, V]
+	shardMask uint64
+	kind      keyKind
+	seeds     seeds
+	custom    func(K) uint64
+	closed    atomic.Bool
+	dead      *State[V] // the one Dead state of this table
+	sealed    *State[V] // the one Sealed state of this table
+}
+
+type shard[K comparable, V any] struct {
+	mu     sync.Mutex
+	cells  atomic.Pointer[array[K, V]]
+	used   int  // occupied cells of the current array; guarded by mu
+	closed bool // set by Seal; guarded by mu
+}
+
+// shardPadded keeps each shard's mutex and array pointer on cache lines of
+// their own. 128 bytes, not 64: Intel and AMD cores prefetch cache lines in
+// adjacent pairs, so two shards 64 bytes apart still contend.
+type shardPadded[K comparable, V any] struct {
+	shard[K, V]
+	_ [128 - shardSize]byte
+}
+
+// shardSize is the size of shard[K, V], whose fields do not depend on K or
+// V; spelled out because the size of a generic type is not a constant. A test
+// checks that the two agree.
+const shardSize = unsafe.Sizeof(struct {
+	mu     sync.Mutex
+	cells  unsafe.Pointer
+	used   int
+	closed bool
+}{})
+
+// array is one immutable-shape snapshot of a shard's cells: cells are only
+// ever filled (nil → slot, under the shard mutex), never cleared, so a
+// reader's linear probe always ends at a nil cell.
+//
+// An array is the first of 1+n cells allocated together: the first holds the
+// mask (n-1) in its hash field, the others are the cells proper. Keeping the
+// mask in the cells' own allocation, rather than in a header that points to
+// them, saves the hit path one dependent load.
+type array[K comparable, V any] struct {
+	head cell[K, V]
+}
+
+// cell keeps a copy of its slot's hash beside the pointer, so that a probe
+// passes over other keys' cells without touching their slots: on a hit the
+// only slot read is the one that matches.
+type cell[K comparable, V any] struct {
+	hash uint64 // written before slot is stored; immutable once it is
+	slot atomic.Pointer[Slot[K, V]]
+}
+
+func newArray[K comparable, V any](n int) *array[K, V] {
+	cells := make([]cell[K, V], 1+n)
+	cells[0].hash = uint64(n - 1)
+	return (*array[K, V])(unsafe.Pointer(&cells[0]))
+}
+
+func (a *array[K, V]) mask() uint64 { return a.head.hash }
+
+func (a *array[K, V]) len() int { return int(a.head.hash) + 1 }
+
+// at returns cell i, for i <= mask.
+//
+// Safety: a points at the first of 1+mask+1 cells of one allocation, and
+// i+1 <= mask+1 stays inside it.
+func (a *array[K, V]) at(i uint64) *cell[K, V] {
+	return (*cell[K, V])(unsafe.Add(unsafe.Pointer(a), uintptr(i+1)*unsafe.Sizeof(a.head)))
+}
+
+// put fills the empty cell i. Called with the shard mutex held.
+func (a *array[K, V]) put(i uint64, s *Slot[K, V]) {
+	c := a.at(i)
+	c.hash = s.hash
+	c.slot.Store(s)
+}
+
+// New returns an empty table with a fresh random hash seed.
+func New[K comparable, V any](opt Options[K]) (*Table[K, V], error) {
+	n := opt.Shards
+	switch {
+	case n < 0:
+		return nil, fmt.Errorf("shard: Shards is %d; want 0 (default) or a positive count", n)
+	case n > MaxShards:
+		return nil, fmt.Errorf("shard: Shards is %d; want at most %d", n, MaxShards)
+	case n == 0:
+		n = 4 * runtime.GOMAXPROCS(0)
+	}
+	n = ceilPow2(n)
+	t := &Table[K, V]{
+		shards:    make([]shardPadded[K, V], n),
+		shardMask: uint64(n - 1),
+		kind:      kindOf[K](),
+		seeds:     newSeeds(),
+		custom:    opt.Hash,
+		dead:      &State[V]{flight: &Flight[V]{kind: flightDead}},
+		sealed:    &State[V]{flight: &Flight[V]{kind: flightSealed}},
+	}
+	if opt.Hash != nil {
+		t.kind = kindCustom
+	}
+	for i := range t.shards {
+		t.shards[i].cells.Store(newArray[K, V](minCells))
+	}
+	return t, nil
+}
+
+func ceilPow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
+}
+
+// Hash returns the table's seeded hash of key.
+func (t *Table[K, V]) Hash(key K) uint64 {
+	if t.kind == kindInteger {
+		return mix(integerBits(key), &t.seeds)
+	}
+	return t.hashOther(key)
+}
+
+// hashOther is kept out of line so that the integer case of Hash stays small
+// enough for the callers on the hit path to inline it.
+func (t *Table[K, V]) hashOther(key K) uint64 {
+	switch t.kind {
+	case kindString:
+		return hashString(stringOf(key), &t.seeds)
+	case kindCustom:
+		return mix(t.custom(key), &t.seeds)
+	default:
+		return maphash.Comparable(t.seeds.mapSd, key)
+	}
+}
+
+func (t *Table[K, V]) shardOf(h uint64) *shard[K, V] {
+	return &t.shards[(h>>shardShift)&t.shardMask].shard
+}
+
+// Lookup returns key's slot, or nil if the table has none. It takes no lock,
+// allocates nothing and writes nothing. The slot may be in any state,
+// including Dead (then use [Table.LoadOrInsert]).
+func (t *Table[K, V]) Lookup(key K) *Slot[K, V] {
+	return t.find(key, t.Hash(key))
+}
+
+// A Misser answers the Gets that a table cannot answer with a Ready value.
+type Misser[K comparable, V any] interface {
+	Miss(ctx context.Context, key K) (V, error)
+}
+
+// Get returns key's value if its slot is Ready and the table is not closed,
+// and otherwise whatever miss.Miss(ctx, key) returns (an error, if miss is
+// nil). The hit takes no lock,
+// allocates nothing, writes nothing and calls nothing (for integer keys; a
+// string is hashed by one call): Get is the whole hit path of a cache, in one
+// frame. ctx is only handed to Miss.
+func (t *Table[K, V]) Get(ctx context.Context, key K, miss Misser[K, V]) (V, error) {
+	// The hash is spelled out here rather than called through Hash: the
+	// compiler does not inline mix into generic code instantiated in another
+	// package, and a call costs as much as the probe.
+	var h uint64
+	switch t.kind {
+	case kindInteger:
+		hi, lo := bits.Mul64(integerBits(key)^t.seeds.a^mixA, t.seeds.b^mixB)
+		h = hi ^ lo
+	case kindString:
+		h = maphash.String(t.seeds.mapSd, stringOf(key))
+	default:
+		h = t.hashOther(key)
+	}
+	a := t.shards[(h>>shardShift)&t.shardMask].cells.Load()
+	mask := a.mask()
+	for i := h & mask; ; i = (i + 1) & mask {
+		c := a.at(i)
+		s := c.slot.Load()
+		if s == nil {
+			break
+		}
+		if c.hash == h && s.key == key {
+			if st := s.state.Load(); st != nil && st.flight == nil && !t.closed.Load() {
+				return st.value, nil
+			}
+			break
+		}
+	}
+	if miss == nil {
+		return *new(V), errMiss
+	}
+	return miss.Miss(ctx, key)
+}
+
+// Load returns key's value if its slot is Ready and the table is not closed.
+// It takes no lock, allocates nothing and writes nothing.
+func (t *Table[K, V]) Load(key K) (v V, ok bool) {
+	v, err := t.Get(context.Background(), key, nil)
+	return v, err == nil
+}
+
+var errMiss = errors.New("shard: no ready value")
+
+// Close makes the table stop answering, ahead of Seal: from now on Load
+// reports no value and Get hands every key to its Misser. It changes no slot.
+func (t *Table[K, V]) Close() { t.closed.Store(true) }
+
+func (t *Table[K, V]) find(key K, h uint64) *Slot[K, V] {
+	a := t.shardOf(h).cells.Load()
+	mask := a.mask()
+	for i := h & mask; ; i = (i + 1) & mask {
+		c := a.at(i)
+		if s := c.slot.Load(); s == nil || (c.hash == h && s.key == key) {
+			return s
+		}
+	}
+}
+
+// LoadOrInsert returns key's slot, inserting an Empty one if the table has
+// none (a Sealed one if the table is sealed). The returned slot is never
+// Dead when returned, though compaction may make it Dead at any moment while
+// it is Empty. Only the insertion locks, and only key's shard.
+func (t *Table[K, V]) LoadOrInsert(key K) *Slot[K, V] {
+	h := t.Hash(key)
+	if s := t.find(key, h); s != nil && s.state.Load() != t.dead {
+		return s
+	}
+	return t.insertSlow(key, h)
+}
+
+func (t *Table[K, V]) insertSlow(key K, h uint64) *Slot[K, V] {
+	sh := t.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	a := sh.cells.Load()
+	// The current array never holds a Dead slot: compaction marks slots Dead
+	// only while building its replacement, and leaves them out of it.
+	if s := t.find(key, h); s != nil {
+		return s
+	}
+	if (sh.used+1)*4 > a.len()*3 {
+		a = t.rebuild(sh, a)
+	}
+	s := &Slot[K, V]{hash: h, key: key}
+	if sh.closed {
+		s.state.Store(t.sealed)
+	}
+	i := h & a.mask()
+	for a.at(i).slot.Load() != nil {
+		i = (i + 1) & a.mask()
+	}
+	a.put(i, s)
+	sh.used++
+	return s
+}
+
+// rebuild replaces a full array with one holding its non-Empty slots at no
+// more than half load. Empty slots are marked Dead first, by CAS, so that a
+// Claim racing with the rebuild either keeps its slot alive or fails and
+// looks again. Called with sh.mu held.
+func (t *Table[K, V]) rebuild(sh *shard[K, V], old *array[K, V]) *array[K, V] {
+	live := 0
+	for i := range uint64(old.len()) {
+		if s := old.at(i).slot.Load(); s != nil && !s.state.CompareAndSwap(nil, t.dead) {
+			live++
+		}
+	}
+	n := minCells
+	for (live+1)*2 > n {
+		n *= 2
+	}
+	a := newArray[K, V](n)
+	for i := range uint64(old.len()) {
+		s := old.at(i).slot.Load()
+		if s == nil || s.state.Load() == t.dead {
+			continue
+		}
+		j := s.hash & a.mask()
+		for a.at(j).slot.Load() != nil {
+			j = (j + 1) & a.mask()
+		}
+		a.put(j, s)
+	}
+	sh.used = live
+	sh.cells.Store(a)
+	return a
+}
+
+// All yields every slot in the table, in no particular order. It is weakly
+// consistent, like sync.Map.Range: each shard is read from one snapshot, so
+// no slot is yielded twice, but slots inserted during the iteration may be
+// missed. It holds no lock while yield runs.
+func (t *Table[K, V]) All() iter.Seq[*Slot[K, V]] {
+	return func(yield func(*Slot[K, V]) bool) {
+		for i := range t.shards {
+			a := t.shards[i].cells.Load()
+			for j := range uint64(a.len()) {
+				if s := a.at(j).slot.Load(); s != nil && !yield(s) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// ErrSealed is returned by a second [Table.Seal].
+var ErrSealed = errors.New("shard: table already sealed")
+
+// Seal closes the table: every slot, present and future, becomes Sealed, and
+// seal is called, with no lock held, once for each slot that was not Empty or
+// Dead, with the state it held (the caller releases Ready values). Claims
+// fail from then on. The caller must make sure no creation is in flight, or
+// its Publish will report false. A second Seal returns ErrSealed.
+func (t *Table[K, V]) Seal(seal func(s *Slot[K, V], old *State[V])) error {
+	arrays := make([]*array[K, V], len(t.shards))
+	for i := range t.shards {
+		sh := &t.shards[i].shard
+		sh.mu.Lock()
+		if sh.closed {
+			sh.mu.Unlock()
+			return ErrSealed
+		}
+		sh.closed = true
+		arrays[i] = sh.cells.Load()
+		sh.mu.Unlock()
+	}
+	for _, a := range arrays {
+		for j := range uint64(a.len()) {
+			s := a.at(j).slot.Load()
+			if s == nil {
+				continue
+			}
+			if old := s.state.Swap(t.sealed); old != nil && old != t.dead {
+				seal(s, old)
+			}
+		}
+	}
+	return nil
+}
