@@ -1,0 +1,139 @@
+package epcache_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/epcache/epcache/epcache"
+	xsync3 "github.com/puzpuzpuz/xsync/v3"
+	xsync4 "github.com/puzpuzpuz/xsync/v4"
+)
+
+// endpoint stands for a connection: values are pointers, as in a real
+// messaging layer.
+type endpoint struct{ peer int }
+
+const benchPeers = 1024 // a power of two: the loops index with a mask
+
+// benchStringKeys are peer names like those of an MPI job: 16 to 19 bytes.
+func benchStringKeys() []string {
+	keys := make([]string, benchPeers)
+	for i := range keys {
+		keys[i] = "node-" + strconv.Itoa(i/64) + ":rank-" + strconv.Itoa(i)
+	}
+	return keys
+}
+
+func benchUintKeys() []uint64 {
+	keys := make([]uint64, benchPeers)
+	for i := range keys {
+		keys[i] = uint64(i) * 0x9e3779b97f4a7c15 // not dense: no comparator gets an easy hash
+	}
+	return keys
+}
+
+var sink atomic.Pointer[endpoint]
+
+// BenchmarkHit measures the hit path (every peer ready, 100% reads) of
+// epcache beside sync.Map and xsync's maps, in one run, with each
+// implementation called directly (no interface or closure between the loop
+// and the call). Compare with `benchstat -col /impl`.
+func BenchmarkHit(b *testing.B) {
+	benchHit(b, "uint64", benchUintKeys())
+	benchHit(b, "string", benchStringKeys())
+}
+
+func benchHit[K comparable](b *testing.B, keyName string, keys []K) {
+	eps := make([]*endpoint, len(keys))
+	for i := range eps {
+		eps[i] = &endpoint{peer: i}
+	}
+	ctx := context.Background()
+	name := func(impl string) string { return "impl=" + impl + "/keys=" + keyName }
+
+	b.Run(name("epcache"), func(b *testing.B) {
+		c := filledCache(b, keys, eps)
+		runHit(b, func(pb *testing.PB) (last *endpoint) {
+			for i := 0; pb.Next(); i++ {
+				last, _ = c.Get(ctx, keys[i&(benchPeers-1)])
+			}
+			return last
+		})
+	})
+	b.Run(name("epcache-load"), func(b *testing.B) {
+		c := filledCache(b, keys, eps)
+		runHit(b, func(pb *testing.PB) (last *endpoint) {
+			for i := 0; pb.Next(); i++ {
+				last, _ = c.Load(keys[i&(benchPeers-1)])
+			}
+			return last
+		})
+	})
+	b.Run(name("syncmap"), func(b *testing.B) {
+		var m sync.Map
+		for i, k := range keys {
+			m.Store(k, eps[i])
+		}
+		runHit(b, func(pb *testing.PB) (last *endpoint) {
+			for i := 0; pb.Next(); i++ {
+				v, _ := m.Load(keys[i&(benchPeers-1)])
+				last = v.(*endpoint)
+			}
+			return last
+		})
+	})
+	b.Run(name("xsync"), func(b *testing.B) {
+		m := xsync3.NewMapOf[K, *endpoint]()
+		for i, k := range keys {
+			m.Store(k, eps[i])
+		}
+		runHit(b, func(pb *testing.PB) (last *endpoint) {
+			for i := 0; pb.Next(); i++ {
+				last, _ = m.Load(keys[i&(benchPeers-1)])
+			}
+			return last
+		})
+	})
+	b.Run(name("xsync4"), func(b *testing.B) {
+		m := xsync4.NewMap[K, *endpoint]()
+		for i, k := range keys {
+			m.Store(k, eps[i])
+		}
+		runHit(b, func(pb *testing.PB) (last *endpoint) {
+			for i := 0; pb.Next(); i++ {
+				last, _ = m.Load(keys[i&(benchPeers-1)])
+			}
+			return last
+		})
+	})
+}
+
+func filledCache[K comparable](b *testing.B, keys []K, eps []*endpoint) *epcache.Cache[K, *endpoint] {
+	byKey := make(map[K]*endpoint, len(keys))
+	for i, k := range keys {
+		byKey[k] = eps[i]
+	}
+	c, err := epcache.New(epcache.Config[K, *endpoint]{
+		Create: func(_ context.Context, k K) (*endpoint, error) { return byKey[k], nil },
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	for _, k := range keys {
+		if _, err := c.Get(context.Background(), k); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return c
+}
+
+// runHit runs loop on every P; loop calls the implementation directly.
+func runHit(b *testing.B, loop func(*testing.PB) *endpoint) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) { sink.Store(loop(pb)) })
+}

@@ -1,0 +1,286 @@
+package epcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/epcache/epcache/shard"
+)
+
+// Cache holds at most one value per key, created on first use by exactly one
+// Create, and releases every value it created exactly once. Its methods are
+// safe for concurrent use. Make one with [New].
+//
+// A Create that returned v with a nil error synchronizes before every Get or
+// Load that returns v, and before the Release of v.
+type Cache[K comparable, V any] struct {
+	table   *shard.Table[K, V]
+	closed  atomic.Bool // set first by Close; read by the hit path (read-only until then)
+	stats   stripes
+	gate    gate
+	closing chan struct{} // closed by Close: wakes waiting Gets
+
+	create  func(context.Context, K) (V, error)
+	release func(K, V)
+	retry   func(int, error) (time.Duration, bool)
+	timeout time.Duration
+	ttl     time.Duration
+
+	closeCtx  context.Context // cancelled by Close; creations watch it
+	cancelAll context.CancelCauseFunc
+	closeDone chan struct{} // closed when the first Close returns
+
+	errMu       sync.Mutex
+	releaseErrs []error // panics of Release outside Invalidate, reported by Close
+}
+
+// New returns an empty cache, or an error naming the first invalid field of
+// cfg.
+func New[K comparable, V any](cfg Config[K, V]) (*Cache[K, V], error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	t, err := shard.New[K, V](shard.Options[K]{Shards: cfg.Shards, Hash: cfg.Hash})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Cache[K, V]{
+		table:     t,
+		stats:     newStripes(),
+		gate:      newGate(),
+		closing:   make(chan struct{}),
+		create:    cfg.Create,
+		release:   cfg.Release,
+		retry:     cfg.Retry,
+		timeout:   cfg.CreateTimeout,
+		ttl:       cfg.ErrorTTL,
+		closeCtx:  ctx,
+		cancelAll: cancel,
+		closeDone: make(chan struct{}),
+	}, nil
+}
+
+// Get returns key's value, creating it if the cache holds none.
+//
+// A hit takes no lock, allocates nothing and writes no shared memory, and
+// does not look at ctx. On a miss, exactly one Get starts a creation and
+// every Get for that key that arrives before it ends waits for its outcome:
+// the value, or the error of the final attempt (which is not cached unless
+// ErrorTTL is set). Each waiting Get, the one that started the creation
+// included, returns ctx.Err() as soon as its own ctx ends, while the
+// creation goes on for the others.
+//
+// Once Close has begun, Get returns ErrClosed.
+func (c *Cache[K, V]) Get(ctx context.Context, key K) (V, error) {
+	return c.table.Get(ctx, key, (*misser[K, V])(c))
+}
+
+// Load returns key's value if the cache holds one. It never creates, never
+// waits, takes no lock and allocates nothing. After Close it finds nothing.
+func (c *Cache[K, V]) Load(key K) (v V, ok bool) {
+	return c.table.Load(key)
+}
+
+// misser is the Cache seen by its table: the table runs the hit path of Get
+// and hands every miss to Miss. A type of its own, so that Miss is not part
+// of the Cache's API.
+type misser[K comparable, V any] Cache[K, V]
+
+func (m *misser[K, V]) Miss(ctx context.Context, key K) (V, error) {
+	return (*Cache[K, V])(m).getSlow(ctx, key)
+}
+
+func (c *Cache[K, V]) getSlow(ctx context.Context, key K) (v V, err error) {
+	if c.closed.Load() {
+		return v, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return v, err // nobody to create for
+	}
+	s := c.table.LoadOrInsert(key)
+	for {
+		st := s.State()
+		switch st.Status() {
+		case shard.Ready:
+			if c.closed.Load() {
+				return v, ErrClosed
+			}
+			return st.Value(), nil
+		case shard.Creating:
+			c.stats.of(s.Hash()).waits.Add(1)
+			return c.wait(ctx, s, st.Flight())
+		case shard.Failed:
+			f := st.Flight()
+			// A zero Until marks a timed-out Create still running.
+			if until := f.Until(); until.IsZero() || time.Now().Before(until) {
+				c.stats.of(s.Hash()).errorHits.Add(1)
+				_, err := f.Result()
+				return v, err
+			}
+			fallthrough // the failure has expired: create again
+		case shard.Empty:
+			if !c.gate.enter() {
+				return v, ErrClosed
+			}
+			claim, f, ok := s.Claim(st)
+			if !ok {
+				c.gate.exit()
+				continue // somebody else moved the slot first
+			}
+			go c.run(ctx, s, claim, f)
+			return c.wait(ctx, s, f)
+		case shard.Dead:
+			s = c.table.LoadOrInsert(key)
+		case shard.Sealed:
+			return v, ErrClosed
+		}
+	}
+}
+
+// wait parks until f's outcome, ctx's end or Close, whichever comes first.
+func (c *Cache[K, V]) wait(ctx context.Context, s *shard.Slot[K, V], f *shard.Flight[V]) (v V, err error) {
+	select {
+	case <-f.Done():
+		if c.closed.Load() {
+			return v, ErrClosed // the value, if any, is being released
+		}
+		return f.Result()
+	case <-ctx.Done():
+		c.stats.of(s.Hash()).cancels.Add(1)
+		return v, ctx.Err()
+	case <-c.closing:
+		return v, ErrClosed
+	}
+}
+
+// Invalidate drops key's value and releases it, reporting true, if the cache
+// holds one. A key that is absent or still being created gives false, and a
+// creation in flight is not disturbed. Release runs on the calling goroutine
+// before Invalidate returns; if it panics, the panic propagates to the
+// caller, and the value counts as released all the same.
+func (c *Cache[K, V]) Invalidate(key K) bool {
+	return c.invalidate(key, (*shard.Slot[K, V]).Invalidate)
+}
+
+// CompareAndInvalidate is Invalidate, done only if the value held for key
+// equals old. Use it to report a failed endpoint: a late report about an
+// old endpoint never removes its replacement. Values are compared like
+// sync.Map.CompareAndDelete compares them (as interfaces): it panics if
+// they are of a type that is not comparable.
+func (c *Cache[K, V]) CompareAndInvalidate(key K, old V) bool {
+	return c.invalidate(key, func(s *shard.Slot[K, V]) (V, bool) {
+		return s.InvalidateIf(func(v V) bool { return any(v) == any(old) })
+	})
+}
+
+func (c *Cache[K, V]) invalidate(key K, drop func(*shard.Slot[K, V]) (V, bool)) bool {
+	s := c.table.Lookup(key)
+	if s == nil || !c.gate.enter() {
+		return false
+	}
+	defer c.gate.exit()
+	v, ok := drop(s)
+	if !ok {
+		return false
+	}
+	st := c.stats.of(s.Hash())
+	st.ready.Add(-1)
+	c.releaseNow(st, key, v)
+	return true
+}
+
+// releaseNow gives up v: it counts the release first, so that a panicking
+// Release (which propagates) is still counted once.
+func (c *Cache[K, V]) releaseNow(st *stripe, key K, v V) {
+	st.releases.Add(1)
+	st.live.Add(-1)
+	if c.release != nil {
+		defer func() {
+			if r := recover(); r != nil {
+				st.releasePanics.Add(1)
+				panic(r)
+			}
+		}()
+		c.release(key, v)
+	}
+}
+
+// releaseQuietly is releaseNow for goroutines that are not the caller's
+// (creations, Close): a panic is recovered and reported by Close.
+func (c *Cache[K, V]) releaseQuietly(st *stripe, key K, v V) {
+	defer func() {
+		if r := recover(); r != nil {
+			pe := &PanicError{Value: r, Stack: debug.Stack()}
+			c.errMu.Lock()
+			c.releaseErrs = append(c.releaseErrs, fmt.Errorf("epcache: Release of key %v: %w", key, pe))
+			c.errMu.Unlock()
+		}
+	}()
+	c.releaseNow(st, key, v)
+}
+
+// All yields the key and value of every ready entry, like sync.Map.Range:
+// weakly consistent (no entry is yielded twice; entries added or removed
+// during the iteration may or may not be seen), holding no lock while the
+// loop body runs. It yields nothing once Close has begun.
+func (c *Cache[K, V]) All() iter.Seq2[K, V] {
+	return func(yield func(K, V) bool) {
+		for s := range c.table.All() {
+			if c.closed.Load() {
+				return
+			}
+			if v, ok := s.Load(); ok && !yield(s.Key(), v) {
+				return
+			}
+		}
+	}
+}
+
+// Len returns the number of ready entries. It is O(GOMAXPROCS), not O(n).
+func (c *Cache[K, V]) Len() int {
+	return int(max(c.stats.sum().Ready, 0))
+}
+
+// Stats returns the cache's counters; see [Stats].
+func (c *Cache[K, V]) Stats() Stats { return c.stats.sum() }
+
+// Close shuts the cache down. From its first step, Get returns ErrClosed,
+// to new callers and to callers waiting on creations, and Load finds
+// nothing. Close then cancels the contexts of the creations in flight, waits
+// for them (a Create that ignores its context delays Close until it
+// returns) and for Releases already running, releases every value the cache
+// still holds exactly once, and returns when every Release has returned.
+//
+// Close reports the panics of Release calls it could not propagate (those
+// made by Close itself and by creations that finished after their callers
+// were answered), joined, each wrapping a *PanicError; every other value is
+// still released. A second Close waits for the first and returns nil.
+func (c *Cache[K, V]) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		<-c.closeDone
+		return nil
+	}
+	defer close(c.closeDone)
+	c.table.Close() // hits end here: Get and Load miss from now on
+	close(c.closing)
+	c.cancelAll(ErrClosed)
+	c.gate.close()
+	// No creation is in flight and none can start: sealing sees every value.
+	_ = c.table.Seal(func(s *shard.Slot[K, V], old *shard.State[V]) {
+		if old.Status() == shard.Ready {
+			st := c.stats.of(s.Hash())
+			st.ready.Add(-1)
+			c.releaseQuietly(st, s.Key(), old.Value())
+		}
+	})
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	return errors.Join(c.releaseErrs...)
+}

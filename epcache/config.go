@@ -1,0 +1,83 @@
+package epcache
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/epcache/epcache/shard"
+)
+
+// Config configures a [Cache]. Only Create is required.
+type Config[K comparable, V any] struct {
+	// Create builds the value for key. For a key, at most one Create runs at
+	// a time, and every Get that arrives while it runs receives its outcome.
+	//
+	// Create runs on a goroutine of its own. Its ctx carries the values of
+	// the context of the Get that started it (trace IDs carry over) but not
+	// that Get's cancellation: callers leave on their own contexts while the
+	// creation goes on for the others. ctx is cancelled by CreateTimeout, by
+	// Close, and when Create returns.
+	//
+	// A nil error publishes the value, whatever it is (a zero value too). A
+	// panic reaches the waiting callers as a *PanicError; runtime.Goexit as
+	// ErrGoexit.
+	Create func(ctx context.Context, key K) (V, error)
+
+	// Release, if set, is called exactly once for every value Create returned
+	// with a nil error, once the cache no longer holds it: after Invalidate or
+	// CompareAndInvalidate, at Close, and for a value whose creation finished
+	// after its callers were answered otherwise (CreateTimeout, Close). It is
+	// never called for a value a Get can still return, and never with an
+	// internal lock held: it may call Get, Load, Invalidate and
+	// CompareAndInvalidate. It must not call Close, which waits for it.
+	Release func(key K, v V)
+
+	// CreateTimeout, if positive, bounds one creation, retries and their
+	// waits included. When it passes, Create's ctx is cancelled and the
+	// waiting callers get an error wrapping context.DeadlineExceeded at once,
+	// even if Create ignores its ctx. Until that Create returns, further Gets
+	// for the key get the same error, so that two creations of one key never
+	// overlap; a value it returns late is released.
+	CreateTimeout time.Duration
+
+	// Retry, if set, is called after each failed attempt with the number of
+	// attempts made so far (1, 2, …) and the attempt's error. It returns how
+	// long to wait before the next attempt and whether to make one. Retries
+	// reuse the one creation: waiters see only its final outcome. The wait is
+	// cut short by CreateTimeout and Close. A panicking Create is not
+	// retried. See [Backoff].
+	Retry func(attempt int, err error) (wait time.Duration, retry bool)
+
+	// ErrorTTL, if positive, makes a failed creation's final error the answer
+	// for that key, at once and without calling Create, for ErrorTTL after
+	// the failure: a dead peer is not hammered. Then it is forgotten.
+	ErrorTTL time.Duration
+
+	// Hash, if set, replaces the built-in seeded hash (xxhash for strings, a
+	// multiply-mix for integers, hash/maphash.Comparable for other keys). The
+	// cache mixes its result with a per-cache random seed, so it need not
+	// spread bits, but equal keys must hash equal.
+	Hash func(key K) uint64
+
+	// Shards spreads insertions of new keys over this many independently
+	// locked shards (rounded up to a power of two, at most 65,536); 0 means
+	// 4×GOMAXPROCS. Hits never lock.
+	Shards int
+}
+
+func (cfg *Config[K, V]) validate() error {
+	switch {
+	case cfg.Create == nil:
+		return fmt.Errorf("epcache: Config.Create is nil; it is required")
+	case cfg.Shards < 0:
+		return fmt.Errorf("epcache: Config.Shards is %d; want 0 (default) or a positive count", cfg.Shards)
+	case cfg.Shards > shard.MaxShards:
+		return fmt.Errorf("epcache: Config.Shards is %d; want at most %d", cfg.Shards, shard.MaxShards)
+	case cfg.CreateTimeout < 0:
+		return fmt.Errorf("epcache: Config.CreateTimeout is %v; want 0 (none) or a positive duration", cfg.CreateTimeout)
+	case cfg.ErrorTTL < 0:
+		return fmt.Errorf("epcache: Config.ErrorTTL is %v; want 0 (failures not remembered) or a positive duration", cfg.ErrorTTL)
+	}
+	return nil
+}

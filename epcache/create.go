@@ -1,0 +1,176 @@
+package epcache
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+
+	"github.com/epcache/epcache/shard"
+)
+
+// run is the goroutine of one creation. It runs on its own goroutine, not on
+// the Get that claimed the slot, so that this Get too can leave on its own
+// context, and so that a runtime.Goexit in Create ends only this goroutine.
+//
+// The flight is resolved exactly once, by whichever comes first: the outcome
+// of the attempts, or the end of the creation's context (CreateTimeout or
+// Close), which answers the waiters even if Create ignores its context. The
+// slot is settled only when the creation really ends, so no second creation
+// of the key can overlap this one.
+func (c *Cache[K, V]) run(callerCtx context.Context, s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V]) {
+	defer c.gate.exit()
+	ctx, cancel := c.creationContext(callerCtx)
+	defer cancel()
+	var last atomic.Pointer[failure] // the latest failed attempt, for the error below
+	stopAbandon := context.AfterFunc(ctx, func() {
+		if f.TryResolve() {
+			c.stats.of(s.Hash()).createErrors.Add(1)
+			err := context.Cause(ctx)
+			if p := last.Load(); p != nil {
+				err = ended(ctx, p.attempts, p.err)
+			}
+			// A zero Until keeps the slot answering this error until the
+			// running Create returns and settles it.
+			f.Finish(*new(V), err, time.Time{})
+		}
+	})
+	// Deferred, so that it also runs when Create calls runtime.Goexit.
+	var (
+		v        V
+		err      error
+		returned bool
+	)
+	defer func() {
+		stopAbandon()
+		if !returned {
+			err = ErrGoexit
+		}
+		c.settle(s, claim, f, v, err)
+	}()
+	v, err = c.attempt(ctx, s, &last)
+	returned = true
+}
+
+// creationContext returns the context for one creation: the caller's values
+// without its cancellation, ended by CreateTimeout and Close.
+func (c *Cache[K, V]) creationContext(callerCtx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancelCause := context.WithCancelCause(context.WithoutCancel(callerCtx))
+	stopClose := context.AfterFunc(c.closeCtx, func() { cancelCause(ErrClosed) })
+	cancel := func() {
+		stopClose()
+		cancelCause(nil)
+	}
+	if c.timeout <= 0 {
+		return ctx, cancel
+	}
+	tctx, cancelTimeout := context.WithTimeoutCause(ctx, c.timeout,
+		fmt.Errorf("epcache: creation exceeded CreateTimeout of %v: %w", c.timeout, context.DeadlineExceeded))
+	return tctx, func() {
+		cancelTimeout()
+		cancel()
+	}
+}
+
+// failure is one failed attempt.
+type failure struct {
+	attempts int
+	err      error
+}
+
+// attempt calls Create, and again as long as Retry says so. A panic in Create
+// or Retry ends the creation with a *PanicError. Each failed attempt is
+// stored in last, so that a timeout can report it.
+func (c *Cache[K, V]) attempt(ctx context.Context, s *shard.Slot[K, V], last *atomic.Pointer[failure]) (v V, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			v, err = *new(V), &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	st := c.stats.of(s.Hash())
+	for n := 1; ; n++ {
+		st.attempts.Add(1)
+		if v, err = c.create(ctx, s.Key()); err == nil {
+			return v, nil
+		}
+		last.Store(&failure{n, err})
+		if ctx.Err() != nil {
+			return v, ended(ctx, n, err)
+		}
+		if c.retry == nil {
+			return v, err
+		}
+		wait, again := c.retry(n, err)
+		if !again {
+			return v, err
+		}
+		if !sleep(ctx, wait) {
+			return v, ended(ctx, n, err)
+		}
+	}
+}
+
+// ended is the error of a creation whose context ended (CreateTimeout,
+// Close): the context's cause, which says which, and the last attempt's
+// error unless it only repeats the context's.
+func ended(ctx context.Context, attempts int, last error) error {
+	cause := context.Cause(ctx)
+	if last == ctx.Err() || last == cause {
+		return cause
+	}
+	return fmt.Errorf("%w (after %d attempts; last error: %w)", cause, attempts, last)
+}
+
+// sleep waits d or until ctx ends; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	return ctx.Err() == nil
+}
+
+// settle delivers a finished creation's outcome: to the slot and the waiters
+// if the flight is still unresolved, and otherwise (a timeout or Close
+// answered the waiters already) by releasing a value nobody asked for any
+// more and freeing the slot.
+func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V], v V, err error) {
+	st := c.stats.of(s.Hash())
+	if err == nil {
+		st.creates.Add(1)
+		st.live.Add(1)
+	}
+	if f.TryResolve() {
+		if err == nil {
+			// Publish cannot fail: Close seals the table only after every
+			// creation has left the gate.
+			s.Publish(claim, v)
+			st.ready.Add(1)
+			f.Finish(v, nil, time.Time{})
+			return
+		}
+		st.createErrors.Add(1)
+		if c.ttl > 0 {
+			// The claim itself becomes the remembered failure.
+			f.Finish(v, err, time.Now().Add(c.ttl))
+			return
+		}
+		s.Settle(claim, nil) // free the slot before waking the waiters
+		f.Finish(v, err, time.Time{})
+		return
+	}
+	if err == nil {
+		c.releaseQuietly(st, s.Key(), v)
+	}
+	<-f.Done() // the party that resolved the flight may still be finishing it
+	var failure *shard.State[V]
+	if _, ferr := f.Result(); c.ttl > 0 {
+		failure = shard.NewFailure[V](ferr, time.Now().Add(c.ttl))
+	}
+	s.Settle(claim, failure)
+}

@@ -1,0 +1,35 @@
+// Package epcache is an exactly-once endpoint cache for messaging layers: one
+// value (a connection, a UCX endpoint, a client) per key (a peer), created on
+// first use by exactly one goroutine, handed to every goroutine that asked for
+// it meanwhile, and released exactly once when the cache gives it up.
+//
+// The first time many goroutines need the same peer at once, naive code
+// either creates several endpoints and leaks the losers (Open MPI's UCX layer,
+// ompi #12833) or serialises every creation behind one lock. A [Cache] claims
+// the key's slot with one compare-and-swap and runs [Config.Create] on a
+// goroutine of its own; the other callers park on a channel, each able to
+// leave on its own context. Creations of different keys never wait for each
+// other, and a hit ([Cache.Get] or [Cache.Load] of a ready key) takes no lock,
+// allocates nothing and writes no shared memory.
+//
+// # Guarantees
+//
+//   - Exactly once: for a key, at most one Create runs at a time, and every
+//     Get that arrives while it runs receives its outcome.
+//   - Each caller leaves on its own context, the one that started the
+//     creation included; the creation's context keeps the first caller's
+//     values but ends only with [Config.CreateTimeout], [Cache.Close] or
+//     Create's return.
+//   - A failure (after [Config.Retry] gives up) reaches every waiter; nothing
+//     is stored unless [Config.ErrorTTL] asks for the error to be remembered.
+//     A panic reaches them as a [*PanicError], runtime.Goexit as [ErrGoexit].
+//   - [Config.Release] is called exactly once for every value Create
+//     returned: after [Cache.Invalidate] or [Cache.CompareAndInvalidate], at
+//     Close, or as soon as a creation that finished too late is known to be
+//     unwanted. Never twice, never for a value Get can still return, never
+//     with a lock held.
+//   - [Cache.Close] refuses new work, cancels and waits for creations in
+//     flight, and releases everything before it returns.
+//
+// The table underneath is package [github.com/epcache/epcache/shard].
+package epcache

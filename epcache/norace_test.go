@@ -1,0 +1,5 @@
+//go:build !race
+
+package epcache_test
+
+const raceEnabled = false

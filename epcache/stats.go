@@ -1,0 +1,68 @@
+package epcache
+
+import (
+	"runtime"
+	"sync/atomic"
+)
+
+// Stats is a snapshot of a cache's counters. Counters are summed from
+// stripes without a global pause, so a snapshot taken while the cache is busy
+// is not atomic across fields; one taken after Close returned is exact.
+type Stats struct {
+	Creates       uint64 // creations that produced a value (Create returned a nil error)
+	CreateErrors  uint64 // creations that ended in an error: after retries, panics, Goexit, timeouts, Close
+	Attempts      uint64 // calls of Create, retries included
+	Waits         uint64 // Gets that waited on a creation another Get started
+	Cancels       uint64 // waiting Gets that left because their own context ended
+	ErrorHits     uint64 // Gets answered with a remembered failure (ErrorTTL) or a timed-out creation still running
+	Releases      uint64 // values given up: Release called, or dropped when Release is nil
+	ReleasePanics uint64 // Release calls that panicked
+	Live          int64  // values created and not yet released: Creates - Releases
+	Ready         int64  // values held by the cache now: what Len returns
+}
+
+// stripe is one cache-line-sized set of counters. Counters are written only
+// on slow paths (creations, waits, invalidations), never by a hit, and the
+// writes are spread by key hash so that creations of different keys do not
+// share a cache line. 128 bytes for the adjacent-line prefetcher, as in
+// shard.
+type stripe struct {
+	creates, createErrors, attempts, waits, cancels, errorHits, releases, releasePanics atomic.Uint64
+	live, ready                                                                         atomic.Int64
+	_                                                                                   [128 - 80]byte
+}
+
+type stripes []stripe
+
+func newStripes() stripes {
+	n := 1
+	for n < runtime.GOMAXPROCS(0)*2 && n < 256 {
+		n <<= 1
+	}
+	return make(stripes, n)
+}
+
+// of returns the stripe for a key hash. It uses hash bits 20 to 27, which
+// neither the shard (bits 40 and up) nor a small shard's cells use, so
+// colliding keys still spread.
+func (s stripes) of(hash uint64) *stripe {
+	return &s[(hash>>20)&uint64(len(s)-1)]
+}
+
+func (s stripes) sum() Stats {
+	var st Stats
+	for i := range s {
+		p := &s[i]
+		st.Creates += p.creates.Load()
+		st.CreateErrors += p.createErrors.Load()
+		st.Attempts += p.attempts.Load()
+		st.Waits += p.waits.Load()
+		st.Cancels += p.cancels.Load()
+		st.ErrorHits += p.errorHits.Load()
+		st.Releases += p.releases.Load()
+		st.ReleasePanics += p.releasePanics.Load()
+		st.Live += p.live.Load()
+		st.Ready += p.ready.Load()
+	}
+	return st
+}
