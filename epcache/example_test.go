@@ -46,7 +46,7 @@ func ExampleNew() {
 	fmt.Println("closed after invalidation:", ep.closed)
 
 	ep, _ = cache.Get(context.Background(), 3) // reconnects
-	_ = cache.Close()                         // closes what is left
+	_ = cache.Close()                          // closes what is left
 	fmt.Println("dials:", dials.Load(), "closed at Close:", ep.closed)
 	// Output:
 	// 3 <nil>
