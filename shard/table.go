@@ -2,8 +2,9 @@
 // sharded, open-addressed hash table of [Slot]s, each moving through the
 // atomic state machine described on [Status].
 //
-// Reads take no lock: [Table.Lookup] probes an immutable snapshot of the
-// shard's cell array, and [Slot.Load] is one atomic load. Inserting a new key
+// Reads take no lock: [Table.Get], the hit path of a cache in one frame,
+// probes an immutable snapshot of the shard's cell array and makes one atomic
+// load of the slot's state. Inserting a new key
 // takes its shard's mutex for a few nanoseconds; growing a shard builds a new
 // array under that mutex while readers go on probing the old one, so growth
 // never blocks a reader and never blocks another shard. No lock is held while
@@ -181,8 +182,7 @@ func (t *Table[K, V]) Hash(key K) uint64 {
 	return t.hashOther(key)
 }
 
-// hashOther is kept out of line so that the integer case of Hash stays small
-// enough for the callers on the hit path to inline it.
+// hashOther hashes every key kind but integers.
 func (t *Table[K, V]) hashOther(key K) uint64 {
 	switch t.kind {
 	case kindString:
@@ -212,10 +212,10 @@ type Misser[K comparable, V any] interface {
 
 // Get returns key's value if its slot is Ready and the table is not closed,
 // and otherwise whatever miss.Miss(ctx, key) returns (an error, if miss is
-// nil). The hit takes no lock,
-// allocates nothing, writes nothing and calls nothing (for integer keys; a
-// string is hashed by one call): Get is the whole hit path of a cache, in one
-// frame. ctx is only handed to Miss.
+// nil). A hit takes no lock, allocates nothing, writes nothing and calls
+// nothing but the hash of a non-integer key: Get is the whole hit path of a
+// cache in one frame, so that a cache's own Get can be a one-call wrapper
+// that inlines into its callers. ctx is only handed to Miss.
 func (t *Table[K, V]) Get(ctx context.Context, key K, miss Misser[K, V]) (V, error) {
 	// The hash is spelled out here rather than called through Hash: the
 	// compiler does not inline mix into generic code instantiated in another
