@@ -7,7 +7,6 @@ import (
 	"iter"
 	"runtime/debug"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/epcache/epcache/shard"
@@ -20,8 +19,7 @@ import (
 // A Create that returned v with a nil error synchronizes before every Get or
 // Load that returns v, and before the Release of v.
 type Cache[K comparable, V any] struct {
-	table   *shard.Table[K, V]
-	closed  atomic.Bool // set first by Close; read by the hit path (read-only until then)
+	table   *shard.Table[K, V] // closing it is Close's first step: hits end there
 	stats   stripes
 	gate    gate
 	closing chan struct{} // closed by Close: wakes waiting Gets
@@ -98,7 +96,7 @@ func (m *misser[K, V]) Miss(ctx context.Context, key K) (V, error) {
 }
 
 func (c *Cache[K, V]) getSlow(ctx context.Context, key K) (v V, err error) {
-	if c.closed.Load() {
+	if c.table.Closed() {
 		return v, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
@@ -109,7 +107,7 @@ func (c *Cache[K, V]) getSlow(ctx context.Context, key K) (v V, err error) {
 		st := s.State()
 		switch st.Status() {
 		case shard.Ready:
-			if c.closed.Load() {
+			if c.table.Closed() {
 				return v, ErrClosed
 			}
 			return st.Value(), nil
@@ -148,7 +146,7 @@ func (c *Cache[K, V]) getSlow(ctx context.Context, key K) (v V, err error) {
 func (c *Cache[K, V]) wait(ctx context.Context, s *shard.Slot[K, V], f *shard.Flight[V]) (v V, err error) {
 	select {
 	case <-f.Done():
-		if c.closed.Load() {
+		if c.table.Closed() {
 			return v, ErrClosed // the value, if any, is being released
 		}
 		return f.Result()
@@ -213,17 +211,56 @@ func (c *Cache[K, V]) releaseNow(st *stripe, key K, v V) {
 }
 
 // releaseQuietly is releaseNow for goroutines that are not the caller's
-// (creations, Close): a panic is recovered and reported by Close.
+// (creations, Close): a panic, or a runtime.Goexit, is recorded and
+// reported by Close.
 func (c *Cache[K, V]) releaseQuietly(st *stripe, key K, v V) {
+	returned := false
 	defer func() {
-		if r := recover(); r != nil {
-			pe := &PanicError{Value: r, Stack: debug.Stack()}
-			c.errMu.Lock()
-			c.releaseErrs = append(c.releaseErrs, fmt.Errorf("epcache: Release of key %v: %w", key, pe))
-			c.errMu.Unlock()
+		if returned {
+			return
 		}
+		var err error
+		if r := recover(); r != nil {
+			err = fmt.Errorf("epcache: Release of key %v: %w", key, &PanicError{Value: r, Stack: debug.Stack()})
+		} else {
+			err = fmt.Errorf("epcache: Release of key %v called runtime.Goexit", key)
+		}
+		c.errMu.Lock()
+		c.releaseErrs = append(c.releaseErrs, err)
+		c.errMu.Unlock()
 	}()
 	c.releaseNow(st, key, v)
+	returned = true
+}
+
+// held is a value Close gives up.
+type held[K comparable, V any] struct {
+	key  K
+	hash uint64
+	v    V
+}
+
+func heldValue[K comparable, V any](s *shard.Slot[K, V], st *shard.State[V]) held[K, V] {
+	return held[K, V]{s.Key(), s.Hash(), st.Value()}
+}
+
+// releaseAll releases the values, then closes done. It runs on a goroutine of
+// its own, so that a Release calling runtime.Goexit ends that goroutine and
+// not Close's caller; the rest are then released by a new goroutine.
+func (c *Cache[K, V]) releaseAll(values []held[K, V], done chan struct{}) {
+	i := 0
+	defer func() {
+		if i < len(values) {
+			go c.releaseAll(values[i+1:], done) // values[i]'s Release called Goexit
+			return
+		}
+		close(done)
+	}()
+	for ; i < len(values); i++ {
+		st := c.stats.of(values[i].hash)
+		st.ready.Add(-1)
+		c.releaseQuietly(st, values[i].key, values[i].v)
+	}
 }
 
 // All yields the key and value of every ready entry, like sync.Map.Range:
@@ -233,7 +270,7 @@ func (c *Cache[K, V]) releaseQuietly(st *stripe, key K, v V) {
 func (c *Cache[K, V]) All() iter.Seq2[K, V] {
 	return func(yield func(K, V) bool) {
 		for s := range c.table.All() {
-			if c.closed.Load() {
+			if c.table.Closed() {
 				return
 			}
 			if v, ok := s.Load(); ok && !yield(s.Key(), v) {
@@ -263,23 +300,24 @@ func (c *Cache[K, V]) Stats() Stats { return c.stats.sum() }
 // were answered), joined, each wrapping a *PanicError; every other value is
 // still released. A second Close waits for the first and returns nil.
 func (c *Cache[K, V]) Close() error {
-	if !c.closed.CompareAndSwap(false, true) {
+	if !c.table.Close() { // from here on Get and Load miss, and a miss says ErrClosed
 		<-c.closeDone
 		return nil
 	}
 	defer close(c.closeDone)
-	c.table.Close() // hits end here: Get and Load miss from now on
 	close(c.closing)
 	c.cancelAll(ErrClosed)
 	c.gate.close()
 	// No creation is in flight and none can start: sealing sees every value.
+	var held []held[K, V]
 	_ = c.table.Seal(func(s *shard.Slot[K, V], old *shard.State[V]) {
 		if old.Status() == shard.Ready {
-			st := c.stats.of(s.Hash())
-			st.ready.Add(-1)
-			c.releaseQuietly(st, s.Key(), old.Value())
+			held = append(held, heldValue(s, old))
 		}
 	})
+	done := make(chan struct{})
+	go c.releaseAll(held, done)
+	<-done
 	c.errMu.Lock()
 	defer c.errMu.Unlock()
 	return errors.Join(c.releaseErrs...)

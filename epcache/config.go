@@ -21,15 +21,22 @@ type Config[K comparable, V any] struct {
 	//
 	// A nil error publishes the value, whatever it is (a zero value too). A
 	// panic reaches the waiting callers as a *PanicError; runtime.Goexit as
-	// ErrGoexit.
+	// ErrGoexit. With an error, the value Create returned is dropped.
+	//
+	// Create may use the cache for other keys. It must not Get its own key
+	// (it would wait for itself until CreateTimeout or Close) and must not
+	// call Close (which waits for it).
 	Create func(ctx context.Context, key K) (V, error)
 
 	// Release, if set, is called exactly once for every value Create returned
 	// with a nil error, once the cache no longer holds it: after Invalidate or
 	// CompareAndInvalidate, at Close, and for a value whose creation finished
 	// after its callers were answered otherwise (CreateTimeout, Close). It is
-	// never called for a value a Get can still return, and never with an
-	// internal lock held: it may call Get, Load, Invalidate and
+	// called only once the value has left the cache, so that no Get that
+	// begins afterwards returns it (a Get already under way may, as a Load
+	// of a sync.Map may return a value being deleted: report a failing
+	// endpoint with CompareAndInvalidate and get another). It is never called
+	// with an internal lock held: it may call Get, Load, Invalidate and
 	// CompareAndInvalidate. It must not call Close, which waits for it.
 	Release func(key K, v V)
 
@@ -54,8 +61,9 @@ type Config[K comparable, V any] struct {
 	// the failure: a dead peer is not hammered. Then it is forgotten.
 	ErrorTTL time.Duration
 
-	// Hash, if set, replaces the built-in seeded hash (xxhash for strings, a
-	// multiply-mix for integers, hash/maphash.Comparable for other keys). The
+	// Hash, if set, replaces the built-in seeded hash (hash/maphash.String
+	// for strings, a multiply-mix for integers, hash/maphash.Comparable for
+	// other keys). The
 	// cache mixes its result with a per-cache random seed, so it need not
 	// spread bits, but equal keys must hash equal.
 	Hash func(key K) uint64

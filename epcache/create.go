@@ -155,17 +155,15 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 			return
 		}
 		st.createErrors.Add(1)
+		var zero V // a failed Create's value, if any, is not kept or handed out
 		if c.ttl > 0 {
 			// The claim itself becomes the remembered failure.
-			f.Finish(v, err, time.Now().Add(c.ttl))
+			f.Finish(zero, err, time.Now().Add(c.ttl))
 			return
 		}
 		s.Settle(claim, nil) // free the slot before waking the waiters
-		f.Finish(v, err, time.Time{})
+		f.Finish(zero, err, time.Time{})
 		return
-	}
-	if err == nil {
-		c.releaseQuietly(st, s.Key(), v)
 	}
 	<-f.Done() // the party that resolved the flight may still be finishing it
 	var failure *shard.State[V]
@@ -173,4 +171,9 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 		failure = shard.NewFailure[V](ferr, time.Now().Add(c.ttl))
 	}
 	s.Settle(claim, failure)
+	// Released last, so that a Release that calls runtime.Goexit leaves the
+	// slot settled (and run's deferred gate exit still runs).
+	if err == nil {
+		c.releaseQuietly(st, s.Key(), v)
+	}
 }

@@ -26,8 +26,8 @@
 //   - [Config.Release] is called exactly once for every value Create
 //     returned: after [Cache.Invalidate] or [Cache.CompareAndInvalidate], at
 //     Close, or as soon as a creation that finished too late is known to be
-//     unwanted. Never twice, never for a value Get can still return, never
-//     with a lock held.
+//     unwanted. Never twice, never before the value has left the cache (no
+//     Get that begins afterwards returns it), never with a lock held.
 //   - [Cache.Close] refuses new work, cancels and waits for creations in
 //     flight, and releases everything before it returns.
 //

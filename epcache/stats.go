@@ -8,9 +8,13 @@ import (
 // Stats is a snapshot of a cache's counters. Counters are summed from
 // stripes without a global pause, so a snapshot taken while the cache is busy
 // is not atomic across fields; one taken after Close returned is exact.
+//
+// A creation answered by CreateTimeout whose Create later returns a value
+// counts in both Creates and CreateErrors: its callers got an error, and its
+// value was created, then released.
 type Stats struct {
 	Creates       uint64 // creations that produced a value (Create returned a nil error)
-	CreateErrors  uint64 // creations that ended in an error: after retries, panics, Goexit, timeouts, Close
+	CreateErrors  uint64 // creations whose callers got an error: after retries, panics, Goexit, timeouts, Close
 	Attempts      uint64 // calls of Create, retries included
 	Waits         uint64 // Gets that waited on a creation another Get started
 	Cancels       uint64 // waiting Gets that left because their own context ended

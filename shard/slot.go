@@ -166,14 +166,6 @@ type Slot[K comparable, V any] struct {
 	hash  uint64
 	key   K
 	state atomic.Pointer[State[V]]
-	// first is the Ready state of the slot's first value, allocated with the
-	// slot so that a hit on a key created once (the common case: a peer's
-	// endpoint lives as long as the job) reads one cache line, not two. It is
-	// written once, before its publication, and never reused, so it is as
-	// immutable as any other State. firstUsed is touched only by the owner
-	// of a claim, and claims of one slot are ordered by their CAS.
-	first     State[V]
-	firstUsed bool
 }
 
 // Key returns the slot's key.
@@ -194,13 +186,16 @@ func (s *Slot[K, V]) Load() (v V, ok bool) {
 	return v, false
 }
 
-// Claim moves the slot from old, which must be the Empty (nil) or a Failed
-// state the caller has observed, to Creating. It returns the new state and
+// Claim moves the slot from old, which must be the Empty (nil) state or a
+// remembered failure (a Failed state with a non-zero Until) the caller has
+// observed, to Creating. It returns the new state and
 // its flight; ok is false when another goroutine changed the slot first (load
 // the state again and decide anew). The winner owns the flight: it must later
 // call Publish or Settle with the returned state.
 func (s *Slot[K, V]) Claim(old *State[V]) (claim *State[V], f *Flight[V], ok bool) {
-	if old != nil && old.Status() != Failed {
+	// A Failed state with a zero Until belongs to a creation still running:
+	// claiming it would start a second one.
+	if old != nil && (old.Status() != Failed || old.flight.until.IsZero()) {
 		return nil, nil, false
 	}
 	f = newFlight[V]()
@@ -215,14 +210,7 @@ func (s *Slot[K, V]) Claim(old *State[V]) (claim *State[V], f *Flight[V], ok boo
 // no longer holds claim, which cannot happen unless the table was sealed with
 // the creation still in flight: the caller then still owns v.
 func (s *Slot[K, V]) Publish(claim *State[V], v V) bool {
-	ready := &s.first
-	if s.firstUsed {
-		ready = &State[V]{value: v}
-	} else {
-		s.firstUsed = true
-		ready.value = v
-	}
-	return s.state.CompareAndSwap(claim, ready)
+	return s.state.CompareAndSwap(claim, &State[V]{value: v})
 }
 
 // Settle ends a claim that produced no value: the slot becomes Empty, or, with
@@ -232,7 +220,8 @@ func (s *Slot[K, V]) Settle(claim, failure *State[V]) bool {
 	return s.state.CompareAndSwap(claim, failure)
 }
 
-// NewFailure returns a Failed state that answers err until the given time.
+// NewFailure returns a Failed state that answers err until the given time,
+// which must not be zero.
 func NewFailure[V any](err error, until time.Time) *State[V] {
 	f := newFlight[V]()
 	f.resolved.Store(true)

@@ -262,7 +262,11 @@ var errMiss = errors.New("shard: no ready value")
 
 // Close makes the table stop answering, ahead of Seal: from now on Load
 // reports no value and Get hands every key to its Misser. It changes no slot.
-func (t *Table[K, V]) Close() { t.closed.Store(true) }
+// It reports whether this call closed the table (false if it was closed).
+func (t *Table[K, V]) Close() bool { return t.closed.CompareAndSwap(false, true) }
+
+// Closed reports whether Close has been called.
+func (t *Table[K, V]) Closed() bool { return t.closed.Load() }
 
 func (t *Table[K, V]) find(key K, h uint64) *Slot[K, V] {
 	a := t.shardOf(h).cells.Load()
@@ -366,13 +370,20 @@ func (t *Table[K, V]) All() iter.Seq[*Slot[K, V]] {
 var ErrSealed = errors.New("shard: table already sealed")
 
 // Seal closes the table: every slot, present and future, becomes Sealed, and
-// seal is called, with no lock held, once for each slot that was not Empty or
-// Dead, with the state it held (the caller releases Ready values). Claims
+// seal is called, with no lock held, once for each slot that was not Empty,
+// with the state it held (the caller releases Ready values). Claims
 // fail from then on. The caller must make sure no creation is in flight, or
 // its Publish will report false. A second Seal returns ErrSealed.
 func (t *Table[K, V]) Seal(seal func(s *Slot[K, V], old *State[V])) error {
-	arrays := make([]*array[K, V], len(t.shards))
+	type sealed struct {
+		s   *Slot[K, V]
+		old *State[V]
+	}
+	var batch []sealed
 	for i := range t.shards {
+		// The shard's mutex keeps a rebuild from running while its slots are
+		// sealed: a rebuild decides which slots are Dead and sizes its array
+		// by that, and a slot turned from Dead to Sealed under it would not fit.
 		sh := &t.shards[i].shard
 		sh.mu.Lock()
 		if sh.closed {
@@ -380,18 +391,19 @@ func (t *Table[K, V]) Seal(seal func(s *Slot[K, V], old *State[V])) error {
 			return ErrSealed
 		}
 		sh.closed = true
-		arrays[i] = sh.cells.Load()
-		sh.mu.Unlock()
-	}
-	for _, a := range arrays {
+		a := sh.cells.Load()
+		batch = batch[:0]
 		for j := range uint64(a.len()) {
-			s := a.at(j).slot.Load()
-			if s == nil {
-				continue
+			// The current array holds no Dead slot (see insertSlow).
+			if s := a.at(j).slot.Load(); s != nil {
+				if old := s.state.Swap(t.sealed); old != nil {
+					batch = append(batch, sealed{s, old})
+				}
 			}
-			if old := s.state.Swap(t.sealed); old != nil && old != t.dead {
-				seal(s, old)
-			}
+		}
+		sh.mu.Unlock()
+		for _, b := range batch {
+			seal(b.s, b.old)
 		}
 	}
 	return nil
