@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/epcache/epcache/shard"
 )
@@ -112,13 +113,13 @@ func (c *Cache[K, V]) getSlow(ctx context.Context, key K) (v V, err error) {
 			}
 			return st.Value(), nil
 		case shard.Creating:
-			c.stats.of(s.Hash()).waits.Add(1)
+			c.stats.of(unsafe.Pointer(s)).waits.Add(1)
 			return c.wait(ctx, s, st.Flight())
 		case shard.Failed:
 			f := st.Flight()
 			// A zero Until marks a timed-out Create still running.
 			if until := f.Until(); until.IsZero() || time.Now().Before(until) {
-				c.stats.of(s.Hash()).errorHits.Add(1)
+				c.stats.of(unsafe.Pointer(s)).errorHits.Add(1)
 				_, err := f.Result()
 				return v, err
 			}
@@ -151,7 +152,7 @@ func (c *Cache[K, V]) wait(ctx context.Context, s *shard.Slot[K, V], f *shard.Fl
 		}
 		return f.Result()
 	case <-ctx.Done():
-		c.stats.of(s.Hash()).cancels.Add(1)
+		c.stats.of(unsafe.Pointer(s)).cancels.Add(1)
 		return v, ctx.Err()
 	case <-c.closing:
 		return v, ErrClosed
@@ -164,7 +165,7 @@ func (c *Cache[K, V]) wait(ctx context.Context, s *shard.Slot[K, V], f *shard.Fl
 // before Invalidate returns; if it panics, the panic propagates to the
 // caller, and the value counts as released all the same.
 func (c *Cache[K, V]) Invalidate(key K) bool {
-	return c.invalidate(key, (*shard.Slot[K, V]).Invalidate)
+	return c.invalidate(key, nil)
 }
 
 // CompareAndInvalidate is Invalidate, done only if the value held for key
@@ -173,22 +174,20 @@ func (c *Cache[K, V]) Invalidate(key K) bool {
 // sync.Map.CompareAndDelete compares them (as interfaces): it panics if
 // they are of a type that is not comparable.
 func (c *Cache[K, V]) CompareAndInvalidate(key K, old V) bool {
-	return c.invalidate(key, func(s *shard.Slot[K, V]) (V, bool) {
-		return s.InvalidateIf(func(v V) bool { return any(v) == any(old) })
-	})
+	return c.invalidate(key, func(v V) bool { return any(v) == any(old) })
 }
 
-func (c *Cache[K, V]) invalidate(key K, drop func(*shard.Slot[K, V]) (V, bool)) bool {
+func (c *Cache[K, V]) invalidate(key K, match func(V) bool) bool {
 	s := c.table.Lookup(key)
 	if s == nil || !c.gate.enter() {
 		return false
 	}
 	defer c.gate.exit()
-	v, ok := drop(s)
+	v, ok := c.table.InvalidateIf(s, match)
 	if !ok {
 		return false
 	}
-	st := c.stats.of(s.Hash())
+	st := c.stats.of(unsafe.Pointer(s))
 	st.ready.Add(-1)
 	c.releaseNow(st, key, v)
 	return true
@@ -235,13 +234,8 @@ func (c *Cache[K, V]) releaseQuietly(st *stripe, key K, v V) {
 
 // held is a value Close gives up.
 type held[K comparable, V any] struct {
-	key  K
-	hash uint64
+	slot *shard.Slot[K, V]
 	v    V
-}
-
-func heldValue[K comparable, V any](s *shard.Slot[K, V], st *shard.State[V]) held[K, V] {
-	return held[K, V]{s.Key(), s.Hash(), st.Value()}
 }
 
 // releaseAll releases the values, then closes done. It runs on a goroutine of
@@ -257,9 +251,9 @@ func (c *Cache[K, V]) releaseAll(values []held[K, V], done chan struct{}) {
 		close(done)
 	}()
 	for ; i < len(values); i++ {
-		st := c.stats.of(values[i].hash)
+		st := c.stats.of(unsafe.Pointer(values[i].slot))
 		st.ready.Add(-1)
-		c.releaseQuietly(st, values[i].key, values[i].v)
+		c.releaseQuietly(st, values[i].slot.Key(), values[i].v)
 	}
 }
 
@@ -309,14 +303,14 @@ func (c *Cache[K, V]) Close() error {
 	c.cancelAll(ErrClosed)
 	c.gate.close()
 	// No creation is in flight and none can start: sealing sees every value.
-	var held []held[K, V]
+	var values []held[K, V]
 	_ = c.table.Seal(func(s *shard.Slot[K, V], old *shard.State[V]) {
 		if old.Status() == shard.Ready {
-			held = append(held, heldValue(s, old))
+			values = append(values, held[K, V]{s, old.Value()})
 		}
 	})
 	done := make(chan struct{})
-	go c.releaseAll(held, done)
+	go c.releaseAll(values, done)
 	<-done
 	c.errMu.Lock()
 	defer c.errMu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/epcache/epcache/shard"
 )
@@ -26,7 +27,7 @@ func (c *Cache[K, V]) run(callerCtx context.Context, s *shard.Slot[K, V], claim 
 	var last atomic.Pointer[failure] // the latest failed attempt, for the error below
 	stopAbandon := context.AfterFunc(ctx, func() {
 		if f.TryResolve() {
-			c.stats.of(s.Hash()).createErrors.Add(1)
+			c.stats.of(unsafe.Pointer(s)).createErrors.Add(1)
 			err := context.Cause(ctx)
 			if p := last.Load(); p != nil {
 				err = ended(ctx, p.attempts, p.err)
@@ -88,7 +89,7 @@ func (c *Cache[K, V]) attempt(ctx context.Context, s *shard.Slot[K, V], last *at
 			v, err = *new(V), &PanicError{Value: r, Stack: debug.Stack()}
 		}
 	}()
-	st := c.stats.of(s.Hash())
+	st := c.stats.of(unsafe.Pointer(s))
 	for n := 1; ; n++ {
 		st.attempts.Add(1)
 		if v, err = c.create(ctx, s.Key()); err == nil {
@@ -140,7 +141,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // answered the waiters already) by releasing a value nobody asked for any
 // more and freeing the slot.
 func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V], v V, err error) {
-	st := c.stats.of(s.Hash())
+	st := c.stats.of(unsafe.Pointer(s))
 	if err == nil {
 		st.creates.Add(1)
 		st.live.Add(1)

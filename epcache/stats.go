@@ -3,6 +3,7 @@ package epcache
 import (
 	"runtime"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Stats is a snapshot of a cache's counters. Counters are summed from
@@ -46,11 +47,12 @@ func newStripes() stripes {
 	return make(stripes, n)
 }
 
-// of returns the stripe for a key hash. It uses hash bits 20 to 27, which
-// neither the shard (bits 40 and up) nor a small shard's cells use, so
-// colliding keys still spread.
-func (s stripes) of(hash uint64) *stripe {
-	return &s[(hash>>20)&uint64(len(s)-1)]
+// of returns the stripe for a slot. Slots are spread by their address: each
+// key's slot is its own allocation, so distinct keys land on distinct
+// stripes without hashing the key again.
+func (s stripes) of(p unsafe.Pointer) *stripe {
+	a := uint64(uintptr(p))
+	return &s[(a>>5^a>>13)&uint64(len(s)-1)]
 }
 
 func (s stripes) sum() Stats {

@@ -8,31 +8,36 @@ import (
 // A slot's life is a small state machine, driven only by compare-and-swap on
 // one atomic pointer to an immutable [State]:
 //
-//	Empty ──Claim──▶ Creating ──Publish──▶ Ready ──Invalidate──▶ Empty
-//	  ▲                 │                                 (or Seal)
+//	Empty ──Claim──▶ Creating ──Publish──▶ Ready ──Invalidate──▶ Dead
+//	  ▲                 │
 //	  └────Settle───────┤
 //	                    └──Settle(failure)──▶ Failed ──Claim──▶ Creating
 //	Empty ──(table compaction)──▶ Dead     any ──Seal──▶ Sealed
 //
-// Exactly one goroutine wins the Claim of an Empty or Failed slot; it alone
-// may Publish or Settle the claim, so for a key at most one creation is ever
-// in flight. Everybody else who finds the slot Creating parks on the
-// [Flight]'s Done channel and reads the outcome once it is closed: no
-// spinning, and no placeholder is ever mistaken for a value (the bug of
-// ompi PR #12863), because a Ready state is the only one without a Flight.
+// Exactly one goroutine wins the Claim of an Empty slot or a remembered
+// failure; it alone may Publish or Settle the claim, so for a key at most one
+// creation is ever in flight. Everybody else who finds the slot Creating
+// parks on the [Flight]'s Done channel and reads the outcome once it is
+// closed: no spinning, and no placeholder is ever mistaken for a value (the
+// bug of ompi PR #12863), because a Ready state is the only one without a
+// Flight.
 //
-// A Ready state is published by one atomic store after its value is fully
-// built, so the publication synchronizes before every Load that returns the
-// value. States are never mutated after publication; a transition always
-// installs a new State, which is what lets readers take no lock.
+// A slot holds at most one value in its life, in a Ready state embedded in
+// the slot itself, so that a hit reads the slot's cache line and no other.
+// The value is written before the state pointer is switched to it by CAS, so
+// the publication synchronizes before every Load that returns the value, and
+// it is never written again: Invalidate ends the slot (Dead) and the table
+// puts a fresh Empty slot for the key in its cell, which also lets the
+// collector free a released value as soon as its last reader is done.
 //
 // Failed is either a remembered failure (Until is set: answer the error until
 // then) or a creation that was abandoned by a timeout while its function is
 // still running (Until is zero: answer the error until the creator settles
 // the slot, so that a second creation never overlaps the first).
 //
-// Dead marks an Empty slot that table compaction removed; the key must be
-// looked up again. Sealed is final: the table is closed.
+// Dead marks a slot that left the table (invalidated, or Empty when its
+// shard's array was rebuilt): the key must be looked up again. Sealed is
+// final: the table is closed.
 
 // Status is the state a slot is in; see [State.Status].
 type Status uint8
@@ -159,20 +164,18 @@ func (f *Flight[V]) Result() (V, error) { return f.value, f.err }
 // Finish. Call it only after Done is closed.
 func (f *Flight[V]) Until() time.Time { return f.until }
 
-// Slot holds one key: its hash, the key, and the atomic pointer to its
-// current [State]. A slot stays at one address for its whole life, so a
-// goroutine may keep a *Slot across transitions.
+// Slot holds one key and the atomic pointer to its current [State]. A slot
+// stays at one address for its whole life, so a goroutine may keep a *Slot
+// across transitions; once it is Dead, [Table.LoadOrInsert] gives the key's
+// new slot.
 type Slot[K comparable, V any] struct {
-	hash  uint64
 	key   K
 	state atomic.Pointer[State[V]]
+	ready State[V] // the slot's one Ready state; written once, before Publish
 }
 
 // Key returns the slot's key.
 func (s *Slot[K, V]) Key() K { return s.key }
-
-// Hash returns the key's hash in the slot's table.
-func (s *Slot[K, V]) Hash() uint64 { return s.hash }
 
 // State returns the slot's current state (nil when Empty).
 func (s *Slot[K, V]) State() *State[V] { return s.state.Load() }
@@ -210,7 +213,10 @@ func (s *Slot[K, V]) Claim(old *State[V]) (claim *State[V], f *Flight[V], ok boo
 // no longer holds claim, which cannot happen unless the table was sealed with
 // the creation still in flight: the caller then still owns v.
 func (s *Slot[K, V]) Publish(claim *State[V], v V) bool {
-	return s.state.CompareAndSwap(claim, &State[V]{value: v})
+	// A claimed slot has never been Ready (Invalidate ends a slot), so ready
+	// is unused and nobody reads it until the CAS publishes it.
+	s.ready.value = v
+	return s.state.CompareAndSwap(claim, &s.ready)
 }
 
 // Settle ends a claim that produced no value: the slot becomes Empty, or, with
@@ -236,32 +242,4 @@ func (s *Slot[K, V]) Forget(old *State[V]) bool {
 		return false
 	}
 	return s.state.CompareAndSwap(old, nil)
-}
-
-// Invalidate moves a Ready slot to Empty and returns the value it held; the
-// caller now owns that value. ok is false when the slot was not Ready.
-func (s *Slot[K, V]) Invalidate() (v V, ok bool) {
-	for {
-		st := s.state.Load()
-		if st == nil || st.flight != nil {
-			return v, false
-		}
-		if s.state.CompareAndSwap(st, nil) {
-			return st.value, true
-		}
-	}
-}
-
-// InvalidateIf is Invalidate, done only if match reports true for the held
-// value. match may be called more than once, never with a lock held.
-func (s *Slot[K, V]) InvalidateIf(match func(V) bool) (v V, ok bool) {
-	for {
-		st := s.state.Load()
-		if st == nil || st.flight != nil || !match(st.value) {
-			return v, false
-		}
-		if s.state.CompareAndSwap(st, nil) {
-			return st.value, true
-		}
-	}
 }

@@ -129,10 +129,11 @@ func (a *array[K, V]) at(i uint64) *cell[K, V] {
 	return (*cell[K, V])(unsafe.Add(unsafe.Pointer(a), uintptr(i+1)*unsafe.Sizeof(a.head)))
 }
 
-// put fills the empty cell i. Called with the shard mutex held.
-func (a *array[K, V]) put(i uint64, s *Slot[K, V]) {
+// put fills the empty cell i with s, whose key hashes to h. Called with the
+// shard mutex held.
+func (a *array[K, V]) put(i, h uint64, s *Slot[K, V]) {
 	c := a.at(i)
-	c.hash = s.hash
+	c.hash = h
 	c.slot.Store(s)
 }
 
@@ -269,14 +270,10 @@ func (t *Table[K, V]) Close() bool { return t.closed.CompareAndSwap(false, true)
 func (t *Table[K, V]) Closed() bool { return t.closed.Load() }
 
 func (t *Table[K, V]) find(key K, h uint64) *Slot[K, V] {
-	a := t.shardOf(h).cells.Load()
-	mask := a.mask()
-	for i := h & mask; ; i = (i + 1) & mask {
-		c := a.at(i)
-		if s := c.slot.Load(); s == nil || (c.hash == h && s.key == key) {
-			return s
-		}
+	if c := t.cellOf(t.shardOf(h).cells.Load(), key, h); c != nil {
+		return c.slot.Load()
 	}
+	return nil
 }
 
 // LoadOrInsert returns key's slot, inserting an Empty one if the table has
@@ -296,35 +293,99 @@ func (t *Table[K, V]) insertSlow(key K, h uint64) *Slot[K, V] {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	a := sh.cells.Load()
-	// The current array never holds a Dead slot: compaction marks slots Dead
-	// only while building its replacement, and leaves them out of it.
-	if s := t.find(key, h); s != nil {
-		return s
+	if c := t.cellOf(a, key, h); c != nil {
+		if s := c.slot.Load(); s.state.Load() != t.dead {
+			return s
+		}
+		// An invalidated slot whose Invalidate has not yet replaced it.
+		return t.renew(sh, c, key)
 	}
 	if (sh.used+1)*4 > a.len()*3 {
 		a = t.rebuild(sh, a)
-	}
-	s := &Slot[K, V]{hash: h, key: key}
-	if sh.closed {
-		s.state.Store(t.sealed)
 	}
 	i := h & a.mask()
 	for a.at(i).slot.Load() != nil {
 		i = (i + 1) & a.mask()
 	}
-	a.put(i, s)
+	s := t.newSlot(sh, key)
+	a.put(i, h, s)
 	sh.used++
 	return s
 }
 
-// rebuild replaces a full array with one holding its non-Empty slots at no
-// more than half load. Empty slots are marked Dead first, by CAS, so that a
-// Claim racing with the rebuild either keeps its slot alive or fails and
-// looks again. Called with sh.mu held.
+// cellOf returns the cell of a that holds key, or nil. Called with the
+// shard mutex held, or on a snapshot.
+func (t *Table[K, V]) cellOf(a *array[K, V], key K, h uint64) *cell[K, V] {
+	mask := a.mask()
+	for i := h & mask; ; i = (i + 1) & mask {
+		c := a.at(i)
+		s := c.slot.Load()
+		if s == nil {
+			return nil
+		}
+		if c.hash == h && s.key == key {
+			return c
+		}
+	}
+}
+
+func (t *Table[K, V]) newSlot(sh *shard[K, V], key K) *Slot[K, V] {
+	s := &Slot[K, V]{key: key}
+	if sh.closed {
+		s.state.Store(t.sealed)
+	}
+	return s
+}
+
+// renew puts a fresh slot for key in c, whose slot is Dead. Called with the
+// shard mutex held: cells change only under it.
+func (t *Table[K, V]) renew(sh *shard[K, V], c *cell[K, V], key K) *Slot[K, V] {
+	s := t.newSlot(sh, key)
+	c.slot.Store(s)
+	return s
+}
+
+// Invalidate moves a Ready slot to Dead and returns the value it held; the
+// caller now owns that value. The key gets a fresh Empty slot, so the table
+// keeps no reference to the value. ok is false when the slot was not Ready.
+// Only the replacement takes the shard's mutex, after the value has left.
+func (t *Table[K, V]) Invalidate(s *Slot[K, V]) (v V, ok bool) {
+	return t.InvalidateIf(s, nil)
+}
+
+// InvalidateIf is Invalidate, done only if match (when not nil) reports true
+// for the held value. match may be called more than once, never with a lock
+// held.
+func (t *Table[K, V]) InvalidateIf(s *Slot[K, V], match func(V) bool) (v V, ok bool) {
+	for {
+		st := s.state.Load()
+		if st == nil || st.flight != nil || (match != nil && !match(st.value)) {
+			return v, false
+		}
+		if s.state.CompareAndSwap(st, t.dead) {
+			v = st.value
+			break
+		}
+	}
+	h := t.Hash(s.key)
+	sh := t.shardOf(h)
+	sh.mu.Lock()
+	if c := t.cellOf(sh.cells.Load(), s.key, h); c != nil && c.slot.Load() == s {
+		t.renew(sh, c, s.key)
+	}
+	sh.mu.Unlock()
+	return v, true
+}
+
+// rebuild replaces a full array with one holding its live slots at no more
+// than half load. Empty slots are marked Dead first, by CAS, so that a Claim
+// racing with the rebuild either keeps its slot alive or fails and looks
+// again; Dead ones are left behind. Called with sh.mu held.
 func (t *Table[K, V]) rebuild(sh *shard[K, V], old *array[K, V]) *array[K, V] {
 	live := 0
 	for i := range uint64(old.len()) {
-		if s := old.at(i).slot.Load(); s != nil && !s.state.CompareAndSwap(nil, t.dead) {
+		s := old.at(i).slot.Load()
+		if s != nil && !s.state.CompareAndSwap(nil, t.dead) && s.state.Load() != t.dead {
 			live++
 		}
 	}
@@ -333,18 +394,24 @@ func (t *Table[K, V]) rebuild(sh *shard[K, V], old *array[K, V]) *array[K, V] {
 		n *= 2
 	}
 	a := newArray[K, V](n)
+	copied := 0
 	for i := range uint64(old.len()) {
-		s := old.at(i).slot.Load()
+		c := old.at(i)
+		s := c.slot.Load()
+		// A slot may turn Dead meanwhile (an Invalidate), never back to
+		// life (Seal, the only other writer of a Dead slot, takes the
+		// mutex), so at most live slots are copied: they fit.
 		if s == nil || s.state.Load() == t.dead {
 			continue
 		}
-		j := s.hash & a.mask()
+		j := c.hash & a.mask()
 		for a.at(j).slot.Load() != nil {
 			j = (j + 1) & a.mask()
 		}
-		a.put(j, s)
+		a.put(j, c.hash, s)
+		copied++
 	}
-	sh.used = live
+	sh.used = copied
 	sh.cells.Store(a)
 	return a
 }
@@ -394,9 +461,8 @@ func (t *Table[K, V]) Seal(seal func(s *Slot[K, V], old *State[V])) error {
 		a := sh.cells.Load()
 		batch = batch[:0]
 		for j := range uint64(a.len()) {
-			// The current array holds no Dead slot (see insertSlow).
 			if s := a.at(j).slot.Load(); s != nil {
-				if old := s.state.Swap(t.sealed); old != nil {
+				if old := s.state.Swap(t.sealed); old != nil && old != t.dead {
 					batch = append(batch, sealed{s, old})
 				}
 			}

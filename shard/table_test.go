@@ -67,7 +67,6 @@ func TestInsertLookupGrow(t *testing.T) {
 				require.Equal(t, 2*k, v)
 				assert.Same(t, s, tb.LoadOrInsert(k))
 				assert.Equal(t, k, s.Key())
-				assert.Equal(t, tb.Hash(k), s.Hash())
 			}
 			_, ok := tb.Load(-1)
 			assert.False(t, ok)
@@ -96,7 +95,7 @@ func TestStateMachine(t *testing.T) {
 	assert.False(t, ok, "a second claim of one slot fails")
 	_, _, ok = s.Claim(claim)
 	assert.False(t, ok, "a Creating state cannot be claimed")
-	_, ok = s.Invalidate()
+	_, ok = tb.Invalidate(s)
 	assert.False(t, ok, "a Creating slot is not invalidated")
 
 	require.True(t, f.TryResolve())
@@ -115,20 +114,29 @@ func TestStateMachine(t *testing.T) {
 	assert.True(t, ok)
 	assert.Equal(t, 7, v)
 
-	_, ok = s.InvalidateIf(func(v int) bool { return v == 8 })
+	_, ok = tb.InvalidateIf(s, func(v int) bool { return v == 8 })
 	assert.False(t, ok)
-	v, ok = s.InvalidateIf(func(v int) bool { return v == 7 })
+	v, ok = tb.InvalidateIf(s, func(v int) bool { return v == 7 })
 	assert.True(t, ok)
 	assert.Equal(t, 7, v)
-	assert.Equal(t, shard.Empty, s.State().Status())
+	assert.Equal(t, shard.Dead, s.State().Status(), "a slot holds one value in its life")
+	_, _, ok = s.Claim(nil)
+	assert.False(t, ok, "a Dead slot cannot be claimed")
+	_, ok = tb.Invalidate(s)
+	assert.False(t, ok)
 
-	// A second generation allocates its own Ready state.
+	// The key has a fresh slot for its second value.
+	fresh := tb.LoadOrInsert("peer")
+	require.NotSame(t, s, fresh)
+	assert.Same(t, fresh, tb.Lookup("peer"), "Invalidate put the fresh slot in the cell")
+	s = fresh
 	claim, _, ok = s.Claim(nil)
 	require.True(t, ok)
 	require.True(t, s.Publish(claim, 9))
-	v, ok = s.Invalidate()
+	v, ok = tb.Invalidate(s)
 	assert.True(t, ok)
 	assert.Equal(t, 9, v)
+	s = tb.LoadOrInsert("peer")
 
 	// Failure, remembered, then claimed again or forgotten.
 	claim, _, ok = s.Claim(nil)
@@ -223,7 +231,7 @@ func TestCompactionDropsOnlyEmptySlots(t *testing.T) {
 	}
 	big := tb2.Cells(0)
 	for k := range 10000 {
-		_, ok := tb2.Lookup(k).Invalidate()
+		_, ok := tb2.Invalidate(tb2.Lookup(k))
 		require.True(t, ok)
 	}
 	for k := 10000; k < 10000+big; k++ {
