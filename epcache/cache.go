@@ -111,7 +111,7 @@ func (c *Cache[K, V]) getSlow(ctx context.Context, key K) (v V, err error) {
 			if c.table.Closed() {
 				return v, ErrClosed
 			}
-			return st.Value(), nil
+			return s.Value(), nil
 		case shard.Creating:
 			c.stats.of(unsafe.Pointer(s)).waits.Add(1)
 			return c.wait(ctx, s, st.Flight())
@@ -306,7 +306,7 @@ func (c *Cache[K, V]) Close() error {
 	var values []held[K, V]
 	_ = c.table.Seal(func(s *shard.Slot[K, V], old *shard.State[V]) {
 		if old.Status() == shard.Ready {
-			values = append(values, held[K, V]{s, old.Value()})
+			values = append(values, held[K, V]{s, s.Value()})
 		}
 	})
 	done := make(chan struct{})

@@ -150,7 +150,7 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 		if err == nil {
 			// Publish cannot fail: Close seals the table only after every
 			// creation has left the gate.
-			s.Publish(claim, v)
+			c.table.Publish(s, claim, v)
 			st.ready.Add(1)
 			f.Finish(v, nil, time.Time{})
 			return

@@ -22,13 +22,14 @@ import (
 // bug of ompi PR #12863), because a Ready state is the only one without a
 // Flight.
 //
-// A slot holds at most one value in its life, in a Ready state embedded in
-// the slot itself, so that a hit reads the slot's cache line and no other.
-// The value is written before the state pointer is switched to it by CAS, so
-// the publication synchronizes before every Load that returns the value, and
-// it is never written again: Invalidate ends the slot (Dead) and the table
-// puts a fresh Empty slot for the key in its cell, which also lets the
-// collector free a released value as soon as its last reader is done.
+// A slot holds at most one value in its life, in the slot itself, so that a
+// hit reads the slot's cache line and no other (all Ready slots point to one
+// shared Ready state, always in cache). The value is written before the
+// state pointer is switched to Ready by CAS, so the publication synchronizes
+// before every Load that returns the value, and it is never written again:
+// Invalidate ends the slot (Dead) and the table puts a fresh Empty slot for
+// the key in its cell, which also lets the collector free a released value
+// as soon as its last reader is done.
 //
 // Failed is either a remembered failure (Until is set: answer the error until
 // then) or a creation that was abandoned by a timeout while its function is
@@ -60,9 +61,9 @@ func (s Status) String() string {
 	return "invalid"
 }
 
-// State is an immutable snapshot of a slot. The nil *State is Empty.
+// State is an immutable snapshot of a slot. The nil *State is Empty. All
+// Ready slots of a table share one Ready state; the value lives in the slot.
 type State[V any] struct {
-	value  V
 	flight *Flight[V] // nil exactly when the state is Ready
 }
 
@@ -94,15 +95,6 @@ func (st *State[V]) Status() Status {
 	default:
 		return Creating
 	}
-}
-
-// Value returns the published value of a Ready state (the zero value otherwise).
-func (st *State[V]) Value() V {
-	var zero V
-	if st == nil || st.flight != nil {
-		return zero
-	}
-	return st.value
 }
 
 // Flight returns the creation of a Creating or Failed state, or nil.
@@ -164,18 +156,22 @@ func (f *Flight[V]) Result() (V, error) { return f.value, f.err }
 // Finish. Call it only after Done is closed.
 func (f *Flight[V]) Until() time.Time { return f.until }
 
-// Slot holds one key and the atomic pointer to its current [State]. A slot
-// stays at one address for its whole life, so a goroutine may keep a *Slot
-// across transitions; once it is Dead, [Table.LoadOrInsert] gives the key's
-// new slot.
+// Slot holds one key, the atomic pointer to its current [State], and the one
+// value it may ever hold. A slot stays at one address for its whole life, so
+// a goroutine may keep a *Slot across transitions; once it is Dead,
+// [Table.LoadOrInsert] gives the key's new slot.
 type Slot[K comparable, V any] struct {
 	key   K
 	state atomic.Pointer[State[V]]
-	ready State[V] // the slot's one Ready state; written once, before Publish
+	value V // written once, by Publish, before the state becomes Ready
 }
 
 // Key returns the slot's key.
 func (s *Slot[K, V]) Key() K { return s.key }
+
+// Value returns the value of a slot that is, or was, Ready (the zero value
+// if it never was). It never changes once published.
+func (s *Slot[K, V]) Value() V { return s.value }
 
 // State returns the slot's current state (nil when Empty).
 func (s *Slot[K, V]) State() *State[V] { return s.state.Load() }
@@ -184,7 +180,7 @@ func (s *Slot[K, V]) State() *State[V] { return s.state.Load() }
 // and writes nothing: one atomic load and one comparison.
 func (s *Slot[K, V]) Load() (v V, ok bool) {
 	if st := s.state.Load(); st != nil && st.flight == nil {
-		return st.value, true
+		return s.value, true
 	}
 	return v, false
 }
@@ -207,16 +203,6 @@ func (s *Slot[K, V]) Claim(old *State[V]) (claim *State[V], f *Flight[V], ok boo
 		return nil, nil, false
 	}
 	return claim, f, true
-}
-
-// Publish moves a claimed slot to Ready with v. It reports false if the slot
-// no longer holds claim, which cannot happen unless the table was sealed with
-// the creation still in flight: the caller then still owns v.
-func (s *Slot[K, V]) Publish(claim *State[V], v V) bool {
-	// A claimed slot has never been Ready (Invalidate ends a slot), so ready
-	// is unused and nobody reads it until the CAS publishes it.
-	s.ready.value = v
-	return s.state.CompareAndSwap(claim, &s.ready)
 }
 
 // Settle ends a claim that produced no value: the slot becomes Empty, or, with

@@ -51,6 +51,12 @@ const (
 	// cell from the low bits: the two never overlap below 2^40 cells a shard.
 	shardShift = 40
 	minCells   = 8
+	// A shard's array is rebuilt when an insertion would fill more than
+	// 13/16 of it, into the smallest power of two it fills at most half of.
+	// Cells carry the hash, so the longer probes of a high load mostly stay
+	// in one cache line; the load then averages about 2/3, which keeps the
+	// cells at about 24 bytes an entry.
+	maxLoadNum, maxLoadDen = 13, 16
 )
 
 // Table maps keys of type K to [Slot]s holding values of type V.
@@ -62,6 +68,7 @@ type Table[K comparable, V any] struct {
 	seeds     seeds
 	custom    func(K) uint64
 	closed    atomic.Bool
+	ready     *State[V] // the one Ready state of this table
 	dead      *State[V] // the one Dead state of this table
 	sealed    *State[V] // the one Sealed state of this table
 }
@@ -155,6 +162,7 @@ func New[K comparable, V any](opt Options[K]) (*Table[K, V], error) {
 		kind:      kindOf[K](),
 		seeds:     newSeeds(),
 		custom:    opt.Hash,
+		ready:     &State[V]{},
 		dead:      &State[V]{flight: &Flight[V]{kind: flightDead}},
 		sealed:    &State[V]{flight: &Flight[V]{kind: flightSealed}},
 	}
@@ -240,8 +248,8 @@ func (t *Table[K, V]) Get(ctx context.Context, key K, miss Misser[K, V]) (V, err
 			break
 		}
 		if c.hash == h && s.key == key {
-			if st := s.state.Load(); st != nil && st.flight == nil && !t.closed.Load() {
-				return st.value, nil
+			if s.state.Load() == t.ready && !t.closed.Load() {
+				return s.value, nil
 			}
 			break
 		}
@@ -300,7 +308,7 @@ func (t *Table[K, V]) insertSlow(key K, h uint64) *Slot[K, V] {
 		// An invalidated slot whose Invalidate has not yet replaced it.
 		return t.renew(sh, c, key)
 	}
-	if (sh.used+1)*4 > a.len()*3 {
+	if (sh.used+1)*maxLoadDen > a.len()*maxLoadNum {
 		a = t.rebuild(sh, a)
 	}
 	i := h & a.mask()
@@ -345,6 +353,16 @@ func (t *Table[K, V]) renew(sh *shard[K, V], c *cell[K, V], key K) *Slot[K, V] {
 	return s
 }
 
+// Publish moves a claimed slot to Ready with v. It reports false if the slot
+// no longer holds claim, which cannot happen unless the table was sealed with
+// the creation still in flight: the caller then still owns v.
+func (t *Table[K, V]) Publish(s *Slot[K, V], claim *State[V], v V) bool {
+	// A claimed slot has never been Ready (Invalidate ends a slot), so its
+	// value is unused and nobody reads it until the CAS publishes it.
+	s.value = v
+	return s.state.CompareAndSwap(claim, t.ready)
+}
+
 // Invalidate moves a Ready slot to Dead and returns the value it held; the
 // caller now owns that value. The key gets a fresh Empty slot, so the table
 // keeps no reference to the value. ok is false when the slot was not Ready.
@@ -359,11 +377,11 @@ func (t *Table[K, V]) Invalidate(s *Slot[K, V]) (v V, ok bool) {
 func (t *Table[K, V]) InvalidateIf(s *Slot[K, V], match func(V) bool) (v V, ok bool) {
 	for {
 		st := s.state.Load()
-		if st == nil || st.flight != nil || (match != nil && !match(st.value)) {
+		if st != t.ready || (match != nil && !match(s.value)) {
 			return v, false
 		}
 		if s.state.CompareAndSwap(st, t.dead) {
-			v = st.value
+			v = s.value
 			break
 		}
 	}

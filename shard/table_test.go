@@ -27,7 +27,7 @@ func publish[K comparable, V any](t testing.TB, tb *shard.Table[K, V], key K, v 
 	claim, f, ok := s.Claim(s.State())
 	require.True(t, ok, "claim of %v", key)
 	require.NotNil(t, f)
-	require.True(t, s.Publish(claim, v))
+	require.True(t, tb.Publish(s, claim, v))
 	return s
 }
 
@@ -100,7 +100,7 @@ func TestStateMachine(t *testing.T) {
 
 	require.True(t, f.TryResolve())
 	assert.False(t, f.TryResolve(), "a flight is resolved once")
-	require.True(t, s.Publish(claim, 7))
+	require.True(t, tb.Publish(s, claim, 7))
 	f.Finish(7, nil, time.Time{})
 	assert.Equal(t, shard.Creating, claim.Status(), "a stale snapshot of a successful claim is not a failure")
 	<-f.Done()
@@ -108,7 +108,7 @@ func TestStateMachine(t *testing.T) {
 	assert.Equal(t, 7, v)
 	assert.NoError(t, err)
 	assert.Equal(t, shard.Ready, s.State().Status())
-	assert.Equal(t, 7, s.State().Value())
+	assert.Equal(t, 7, s.Value())
 	assert.Nil(t, s.State().Flight())
 	v, ok = s.Load()
 	assert.True(t, ok)
@@ -132,7 +132,7 @@ func TestStateMachine(t *testing.T) {
 	s = fresh
 	claim, _, ok = s.Claim(nil)
 	require.True(t, ok)
-	require.True(t, s.Publish(claim, 9))
+	require.True(t, tb.Publish(s, claim, 9))
 	v, ok = tb.Invalidate(s)
 	assert.True(t, ok)
 	assert.Equal(t, 9, v)
@@ -175,7 +175,7 @@ func TestSeal(t *testing.T) {
 	require.NoError(t, tb.Seal(func(s *shard.Slot[int, string], old *shard.State[string]) {
 		seen[s.Key()] = old.Status()
 		if old.Status() == shard.Ready {
-			assert.Equal(t, fmt.Sprint(s.Key()), old.Value())
+			assert.Equal(t, fmt.Sprint(s.Key()), s.Value())
 		}
 	}))
 	assert.Len(t, seen, 101)
@@ -257,7 +257,7 @@ func TestReadersDoNotLock(t *testing.T) {
 		assert.Nil(t, tb.Lookup("zzz"))
 		claim, _, ok := b.Claim(nil)
 		assert.True(t, ok, "claiming never locks")
-		assert.True(t, b.Publish(claim, 2))
+		assert.True(t, tb.Publish(b, claim, 2))
 	}()
 	<-done // would deadlock if any of them locked
 	unlock()
@@ -314,7 +314,7 @@ func TestConcurrentGrowthAndClaims(t *testing.T) {
 							}
 							if k%3 == 0 {
 								s.Settle(claim, nil) // leave it Empty: compaction fodder
-							} else if !s.Publish(claim, k) {
+							} else if !tb.Publish(s, claim, k) {
 								t.Errorf("publish of key %d failed", k)
 							}
 							break
