@@ -164,6 +164,10 @@ func (c *Cache[K, V]) wait(ctx context.Context, s *shard.Slot[K, V], f *shard.Fl
 // creation in flight is not disturbed. Release runs on the calling goroutine
 // before Invalidate returns; if it panics, the panic propagates to the
 // caller, and the value counts as released all the same.
+//
+// The value leaves the cache before Release is called, so a Get of the key
+// from another goroutine may start a new creation while this Release is
+// still running: a Create must not assume the previous value is gone.
 func (c *Cache[K, V]) Invalidate(key K) bool {
 	return c.invalidate(key, nil)
 }
@@ -255,6 +259,15 @@ func (c *Cache[K, V]) releaseAll(values []held[K, V], done chan struct{}) {
 		st.ready.Add(-1)
 		c.releaseQuietly(st, values[i].slot.Key(), values[i].v)
 	}
+}
+
+// Forget drops key's remembered failure (see Config.ErrorTTL), so that the
+// next Get creates at once: for a peer known to be back before the TTL
+// ends. It reports whether there was one to drop. A ready value, a creation
+// in flight, and a timed-out creation still running are left alone.
+func (c *Cache[K, V]) Forget(key K) bool {
+	s := c.table.Lookup(key)
+	return s != nil && s.Forget(s.State())
 }
 
 // All yields the key and value of every ready entry, like sync.Map.Range:

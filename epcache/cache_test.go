@@ -275,6 +275,7 @@ func TestCreateTimeoutWithCreateIgnoringContext(t *testing.T) {
 			assert.Zero(t, time.Since(start))
 			assert.Equal(t, 1, l.callsFor(3))
 			assert.EqualValues(t, 1, c.Stats().ErrorHits)
+			assert.False(t, c.Forget(3), "a creation still running cannot be forgotten")
 			// It returns a value at last: nobody wants it, so it is released.
 			g.proceed <- nil
 			synctest.Wait()
@@ -449,6 +450,19 @@ func TestErrorTTL(t *testing.T) {
 			require.NoError(t, err, "the failure is forgotten after ErrorTTL")
 			assert.Equal(t, 4, v.key)
 			assert.Equal(t, 2, l.callsFor(4))
+
+			// Forget drops a remembered failure before its TTL, and nothing else.
+			down = true
+			_, err = c.Get(context.Background(), 6)
+			require.Error(t, err)
+			assert.False(t, c.Forget(4), "a ready value is not a failure")
+			assert.False(t, c.Forget(99), "absent key")
+			down = false
+			assert.True(t, c.Forget(6))
+			assert.False(t, c.Forget(6), "already forgotten")
+			_, err = c.Get(context.Background(), 6)
+			require.NoError(t, err, "created at once, long before the TTL")
+			assert.Equal(t, 2, l.callsFor(6))
 		})
 	})
 }

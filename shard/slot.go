@@ -221,10 +221,12 @@ func NewFailure[V any](err error, until time.Time) *State[V] {
 	return &State[V]{flight: f}
 }
 
-// Forget moves a slot from the Failed state old to Empty, so that the next
-// caller creates at once. It reports whether the slot still held old.
+// Forget moves a slot from old, a remembered failure (Failed, non-zero
+// Until), to Empty, so that the next caller creates at once. It reports
+// whether the slot still held old. A timed-out creation that is still running
+// (zero Until) cannot be forgotten: that would let a second one start.
 func (s *Slot[K, V]) Forget(old *State[V]) bool {
-	if old.Status() != Failed {
+	if old.Status() != Failed || old.flight.until.IsZero() {
 		return false
 	}
 	return s.state.CompareAndSwap(old, nil)
