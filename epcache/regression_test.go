@@ -15,7 +15,7 @@ import (
 )
 
 type bigEndpoint struct {
-	buf [1 << 20]byte
+	_ [1 << 20]byte // big enough that keeping it by mistake shows
 }
 
 // Regression: a slot used to keep its first value in a State embedded in the

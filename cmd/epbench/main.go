@@ -1,0 +1,171 @@
+// Command epbench runs epcache's benchmark workloads against epcache and the
+// comparators of package bench, and prints throughput, latency and the
+// exactly-once ledger for each run.
+//
+// With no flags it runs the default suite (about a minute on two cores) and
+// prints a table. -h lists every flag.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/epcache/epcache/bench"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+)
+
+func main() {
+	err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
+	var ue usageError
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+	case errors.As(err, &ue):
+		fmt.Fprintln(os.Stderr, "epbench:", err)
+		fmt.Fprintln(os.Stderr, "run 'epbench -h' for the flags")
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "epbench:", err)
+		os.Exit(1)
+	}
+}
+
+// usageError is a bad flag or argument: exit status 2.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+type options struct {
+	suite      string
+	impls      []string
+	workloads  []string
+	keys       []string
+	dists      []string
+	peers      []int
+	goroutines []int
+	procs      []int
+	reads      []float64
+	duration   time.Duration
+	cost       string
+	churn      float64
+	failures   int
+	count      int
+	seed       uint64
+	out        string
+	format     string
+	compare    string
+	margin     float64
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	specs, err := o.specs()
+	if err != nil {
+		return usageError{err}
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+	defer stop()
+
+	results, err := runAll(ctx, specs, o.count, stderr)
+	if err != nil {
+		return err
+	}
+	if err := write(stdout, o.format, results); err != nil {
+		return err
+	}
+	if o.out != "" {
+		if err := writeDir(o.out, results); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "epbench: wrote %s\n", o.out)
+	}
+	var failed []string
+	for _, r := range results {
+		if r.Failure != "" {
+			failed = append(failed, r.Name()+": "+r.Failure)
+		}
+	}
+	if o.compare != "" {
+		if err := compare(stdout, o.compare, results, o.margin); err != nil {
+			failed = append(failed, err.Error())
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d failed:\n  %s", len(failed), strings.Join(failed, "\n  "))
+	}
+	return nil
+}
+
+// runAll runs every spec count times, with a progress bar on stderr when it
+// is a terminal. Comparators that cannot serve a spec's keys are skipped.
+func runAll(ctx context.Context, specs []bench.Spec, count int, stderr io.Writer) ([]bench.Result, error) {
+	total := len(specs) * count
+	visible := false
+	if f, ok := stderr.(*os.File); ok {
+		visible = term.IsTerminal(int(f.Fd()))
+	}
+	bar := progressbar.NewOptions(total,
+		progressbar.OptionSetWriter(stderr),
+		progressbar.OptionSetVisibility(visible),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionClearOnFinish(),
+		progressbar.OptionSetWidth(30),
+	)
+	defer bar.Close()
+	var results []bench.Result
+	for i := range count {
+		for _, s := range specs {
+			bar.Describe(s.Name())
+			s.Seed += uint64(i)
+			r, err := bench.Run(ctx, s)
+			bar.Add(1)
+			switch {
+			case errors.Is(err, bench.ErrUnsupported):
+				continue
+			case err != nil:
+				return nil, err
+			}
+			results = append(results, r)
+			if ctx.Err() != nil {
+				return results, ctx.Err()
+			}
+		}
+	}
+	return results, nil
+}
+
+func writeDir(dir string, results []bench.Result) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for format, name := range map[string]string{"json": "results.json", "csv": "results.csv", "bench": "results.txt", "table": "results.table"} {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		err = write(f, format, results)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return writeCharts(dir, results)
+}
+
+func defaultProcs() []int { return []int{runtime.GOMAXPROCS(0)} }

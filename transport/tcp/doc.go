@@ -1,0 +1,111 @@
+// Package tcp is an example of a messaging layer built on
+// [github.com/epcache/epcache/epcache]: peers on loopback TCP that find each
+// other through a [github.com/epcache/epcache/transport/directory] and keep
+// one connection per pair of peers. It shows how to use the cache for
+// endpoints; it is not a framework (no authentication, no reconnection
+// policy beyond the cache's, no flow control beyond TCP's).
+//
+// A [Peer] has a numeric id (its number in the directory), a listener on
+// 127.0.0.1 whose address it publishes, and an epcache.Cache from peer id to
+// connection. [Peer.Send] gets the connection from the cache and writes one
+// length-prefixed frame; [Peer.Recv] returns the frames that the peer's
+// reader goroutines (one per connection) deliver. [Peer.Stats] has the
+// counters a benchmark reads: connections dialed, accepted, closed,
+// duplicates closed, dial attempts.
+//
+// # Connecting
+//
+// The cache's Create for peer r looks r up in the directory, dials, and runs
+// a handshake. While the directory says r has not published its address,
+// the lookup fails with directory.ErrNotPublished, which [Retryable] and so
+// the default Config.Retry retry (with backoff, within Config.CreateTimeout); every
+// other failure is final, and remembered for Config.ErrorTTL so that
+// senders to a dead peer fail at once instead of redialing it. Release closes
+// the connection. A failed write reports the connection with
+// CompareAndInvalidate, so that the next Send reconnects, exactly once
+// however many goroutines saw the failure, and a late report never drops the
+// replacement. A reader that sees the connection end does the same.
+//
+// # One connection per pair
+//
+// When two peers first send to each other at the same time, both dial.
+// Both connections could serve, but the pair must keep one: both ends must
+// send on the same connection, the accepting side included, and neither may
+// leak. As in Open MPI's TCP transport, the tie is broken by id: the
+// connection dialed by the lower id wins.
+//
+// Each peer keeps, under one mutex, a link record per other peer r:
+// current (the connection its Create last returned, which the cache holds
+// or is about to), offered (a connection r dialed and this peer accepted,
+// not yet in the cache), dialing (a Create for r is connecting), and dropped
+// (the last connection to r it gave up). The cache's Create and the accept
+// path meet there:
+//
+//   - Create(r) forgets current (the cache calls Create only when it holds
+//     nothing for r, so current is on its way out; its id becomes dropped),
+//     and if a connection is offered, adopts it and dials nothing. Otherwise
+//     it looks r up; if a connection was offered meanwhile, it adopts that,
+//     and if not, it sets dialing (in the same critical section), dials,
+//     and sends a hello: its id, its incarnation (new for every [Listen], so
+//     a restart is recognisable), a random id for the connection, and
+//     dropped. Dialing is not set during the lookup, so that a peer still
+//     waiting for r's address does not refuse r's own connection.
+//   - The acceptor first treats its current connection to r as stale if r
+//     has restarted, if r says it dropped it, or if r dialed it (r dials
+//     only when it holds no connection to this peer). Then, if it is not
+//     dialing r and holds no connection to r, it accepts. If it is (both
+//     peers dial at once), it accepts only if r has the lower id, and
+//     otherwise answers "duplicate". An accepted connection becomes the
+//     offer (an older offer, which r gave up by dialing again, is closed),
+//     so this peer's next Create for r adopts it. The verdict is written
+//     while the connection's write lock is held, so that a Send that
+//     adopts the connection at once writes after it.
+//   - The dialer, on "accept", keeps its connection as the endpoint (an
+//     offer that came in meanwhile is one r gave up: it is closed as a
+//     duplicate). On "duplicate" it closes its connection and waits, up to
+//     Config.HandshakeTimeout, for the winner, which r dialed and this
+//     peer's accept path will offer, and adopts it; if it does not arrive
+//     (r's own attempt failed), Create fails with [ErrSuperseded], which
+//     [Retryable] retries.
+//
+// Why one connection survives: the decisions are made under the mutex that
+// also guards dialing and the offer, and the ids order them. Take peers
+// L < H dialing each other. H's acceptor, dialing too, accepts L's
+// connection; L's acceptor, dialing too or already holding L's own
+// connection, answers H "duplicate"; H adopts L's connection. If instead an
+// acceptor finds itself idle, it has not committed to dialing yet, and when
+// its Create gets there, it adopts the offer rather than dial. Either way the
+// loser never carries a frame: frames are written only on a connection that
+// got "accept". Every duplicate is closed by both ends as soon as it is
+// decided, and counted in Stats.Duplicates.
+//
+// # Wire format
+//
+// The dialer sends a hello, the acceptor a reply; integers are big-endian,
+// and both start with the magic "epT" and the protocol version, 1:
+//
+//	hello: "epT" 1 | from uint32 | to uint32 | incarnation uint64 | nonce uint64 | dropped uint64   (36 bytes)
+//	reply: "epT" 1 | verdict uint8 | reason uint8 | 0 0 | from uint32 | incarnation uint64          (20 bytes)
+//
+// Verdicts are 1 (accept), 2 (duplicate) and 3 (refused); reasons of a
+// refusal are 1 (the hello is for another peer: a stale address), 2 (the
+// dialer's id is not in the directory), 3 (the dialer claims the acceptor's
+// id) and 4 (the acceptor is closing). Something that is not a hello, or no
+// hello within Config.HandshakeTimeout, is closed without a reply. After an
+// accept, both directions carry frames: a uint32 payload length, at most
+// Config.MaxFrame (a larger one closes the connection), then the payload.
+//
+// # Failures
+//
+// A peer that dies closes its connections; the other peers' readers see
+// the end and drop their endpoints (CompareAndInvalidate). The next Send
+// dials again, fails (the listener is gone), and with Config.ErrorTTL that
+// failure answers every Send to the dead peer until it expires. A
+// restarted peer (a new [Listen] with the same id) publishes its new
+// address; once the remembered failure has expired, the next Send connects
+// to it, and its hellos replace any stale connection the others still hold
+// for its previous life.
+//
+// Close of a peer closes its listener, its cache (which releases every
+// endpoint), every other connection, and waits for its goroutines.
+package tcp

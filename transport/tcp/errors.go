@@ -1,0 +1,45 @@
+package tcp
+
+import (
+	"errors"
+
+	"github.com/epcache/epcache/transport/directory"
+)
+
+// ErrClosed is returned by Send and Recv once Close has begun. Test for it
+// with errors.Is.
+var ErrClosed = errors.New("tcp: peer closed")
+
+// ErrFrameTooLarge matches, with errors.Is, the error Send returns for a
+// payload longer than Config.MaxFrame. Nothing is sent. A peer that receives
+// a frame header announcing more than its MaxFrame closes that connection
+// (counted in Stats.BadFrames).
+var ErrFrameTooLarge = errors.New("tcp: frame too large")
+
+// ErrSelf matches the error Send returns when a peer sends to itself: this
+// example has no loopback path.
+var ErrSelf = errors.New("tcp: send to self")
+
+// ErrHandshake matches, with errors.Is, the error of a connection attempt
+// that reached something that did not complete the handshake: a peer that
+// refused it (the address belongs to another peer, say), or a listener that
+// does not speak the protocol. It is not retried by [Retryable].
+var ErrHandshake = errors.New("tcp: handshake failed")
+
+// ErrSuperseded matches, with errors.Is, the error of a connection attempt
+// that lost the tie-break of a simultaneous connect (the remote peer dialed
+// too, and its connection wins) when the winning connection did not arrive
+// within Config.HandshakeTimeout: the remote's own attempt failed. It is
+// transient, and [Retryable] retries it.
+var ErrSuperseded = errors.New("tcp: lost a simultaneous connect and the winning connection did not arrive")
+
+// Retryable reports whether a failed connection attempt is worth another
+// try: the peer's address is not published yet (errors.Is(err,
+// directory.ErrNotPublished)), or the attempt lost a simultaneous connect
+// whose winner did not arrive ([ErrSuperseded]). Any other failure (a
+// refused dial, a failed handshake, an unknown peer) is final, and
+// Config.ErrorTTL decides how long it is remembered. It is meant for
+// epcache.Backoff's retryable argument.
+func Retryable(err error) bool {
+	return errors.Is(err, directory.ErrNotPublished) || errors.Is(err, ErrSuperseded)
+}

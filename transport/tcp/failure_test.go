@@ -1,0 +1,184 @@
+package tcp_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/epcache/epcache/epcache"
+	"github.com/epcache/epcache/transport/directory"
+	"github.com/epcache/epcache/transport/tcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// exchange has every peer of ids send one frame to every other, at once,
+// and waits until they have all arrived; want holds the frames each inbox
+// has received so far and is updated.
+func exchange(t *testing.T, m *mesh, ids []int, want map[int]int64) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, i := range ids {
+		for _, j := range ids {
+			if i != j {
+				wg.Go(func() {
+					if err := m.peers[i].Send(context.Background(), j, payload(i, j, 0)); err != nil {
+						t.Errorf("peer %d -> %d: %v", i, j, err)
+					}
+				})
+			}
+		}
+	}
+	wg.Wait()
+	for _, i := range ids {
+		want[i] += int64(len(ids) - 1)
+		waitTotal(t, m.in[i], want[i], "peer")
+	}
+}
+
+// TestDeadPeer kills a peer in the middle of a run. Senders to it get
+// errors; the failure is remembered for ErrorTTL, so that however hard they
+// send, they dial it at most about once per ErrorTTL; the others still talk
+// to each other; and once the peer restarts (a new listener, a republished
+// address, the same id) and the remembered failure has expired, everyone
+// reaches it again over one connection per pair.
+func TestDeadPeer(t *testing.T) {
+	for _, unpublish := range []bool{false, true} {
+		name := "address=stale"
+		if unpublish {
+			name = "address=withdrawn"
+		}
+		t.Run(name, func(t *testing.T) { testDeadPeer(t, unpublish) })
+	}
+}
+
+func testDeadPeer(t *testing.T, unpublish bool) {
+	const peers, victim, senders = 4, 3, 4
+	ttl, hammer := 250*time.Millisecond, time.Second
+	if testing.Short() {
+		hammer = 600 * time.Millisecond
+	}
+	baseline := openFDs(t)
+	cfg := func(c *tcp.Config) {
+		c.ErrorTTL = ttl
+		c.Retry = epcache.Backoff(time.Millisecond, 10*time.Millisecond, 3, tcp.Retryable)
+	}
+	m := startMesh(t, peers, 0, 0, cfg)
+	all, survivors := []int{0, 1, 2, 3}, []int{0, 1, 2}
+	want := map[int]int64{}
+	exchange(t, m, all, want)
+
+	// The victim dies: its listener and connections close.
+	m.kill(t, victim)
+	if unpublish {
+		m.dir.Unpublish(victim) // the resource manager noticed
+	}
+	before := make([]tcp.Stats, peers)
+	for _, i := range survivors {
+		before[i] = m.peers[i].Stats()
+	}
+	var (
+		wg               sync.WaitGroup
+		sends, failures  atomic.Int64
+		lastErr          [peers]atomic.Pointer[error]
+		hammerCtx, abort = context.WithTimeout(context.Background(), hammer)
+	)
+	defer abort()
+	for _, i := range survivors {
+		for range senders {
+			wg.Go(func() {
+				for hammerCtx.Err() == nil {
+					sends.Add(1)
+					if err := m.peers[i].Send(context.Background(), victim, payload(i, 0, 0)); err != nil {
+						failures.Add(1)
+						lastErr[i].Store(&err)
+					}
+					time.Sleep(100 * time.Microsecond)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	t.Logf("%d sends to the dead peer in %v, %d failed", sends.Load(), hammer, failures.Load())
+	assert.Positive(t, failures.Load(), "senders to the dead peer get errors")
+	maxDials := uint64(hammer/ttl) + 2 // one per ErrorTTL, and one for the stale connection
+	if unpublish {
+		maxDials = 0 // the lookups fail: nothing to dial
+	}
+	for _, i := range survivors {
+		st := m.peers[i].Stats()
+		dials := st.DialAttempts - before[i].DialAttempts
+		t.Logf("peer %d: %d dial attempts, %d connection attempts, %d sends answered by the remembered failure",
+			i, dials, st.Cache.Attempts-before[i].Cache.Attempts, st.Cache.ErrorHits-before[i].Cache.ErrorHits)
+		assert.LessOrEqual(t, dials, maxDials, "peer %d: dial attempts to the dead peer", i)
+		assert.Positive(t, st.Cache.ErrorHits-before[i].Cache.ErrorHits, "peer %d: the failure was remembered", i)
+		p := lastErr[i].Load()
+		require.NotNil(t, p, "peer %d: no send failed", i)
+		err := *p
+		if unpublish {
+			var np *directory.NotPublishedError
+			if assert.ErrorAs(t, err, &np, "peer %d", i) {
+				assert.True(t, np.Withdrawn)
+			}
+		} else {
+			assert.ErrorIs(t, err, syscall.ECONNREFUSED, "peer %d", i)
+		}
+	}
+	t.Logf("last error: %v", *lastErr[0].Load())
+
+	// The others are not disturbed.
+	exchange(t, m, survivors, want)
+
+	// The victim restarts with the same id; once the remembered failure
+	// has expired, everyone reaches it again.
+	m.start(t, victim, cfg)
+	want[victim] = 0
+	for _, i := range survivors {
+		assert.Eventually(t, func() bool {
+			return m.peers[i].Send(context.Background(), victim, payload(i, 1, 0)) == nil
+		}, 5*ttl, ttl/10, "peer %d cannot reach the restarted peer", i)
+	}
+	want[victim] = int64(len(survivors))
+	waitTotal(t, m.in[victim], want[victim], "restarted peer")
+	exchange(t, m, all, want)
+	checkOnePerPair(t, m, all)
+
+	m.close(t)
+	checkFDs(t, baseline)
+}
+
+// TestRestartReplacesStaleConnection restarts a peer before the others
+// notice that its previous life ended (here, the previous life is still
+// running, as a hung process would): the new incarnation in its hello tells
+// peer 0 that the connection it holds is stale, and peer 0 drops it before
+// the restarted peer has its answer, so that peer 0's next send reaches the
+// new life.
+func TestRestartReplacesStaleConnection(t *testing.T) {
+	baseline := openFDs(t)
+	m := startMesh(t, 2, 0, 0, nil)
+	want := map[int]int64{}
+	exchange(t, m, []int{0, 1}, want)
+	old, oldIn := m.peers[1], m.in[1]
+	before := m.peers[0].Stats()
+
+	m.start(t, 1, nil) // republishes peer 1's address
+	want[1] = 0
+	require.NoError(t, m.peers[1].Send(context.Background(), 0, payload(1, 0, 0)))
+	require.NoError(t, m.peers[0].Send(context.Background(), 1, payload(0, 0, 0)))
+	want[0]++
+	want[1]++
+	waitTotal(t, m.in[0], want[0], "peer 0")
+	waitTotal(t, m.in[1], want[1], "restarted peer 1")
+	assert.Equal(t, int64(1), oldIn.total.Load(), "the old life got nothing more")
+	assert.Equal(t, before.Closed+1, m.peers[0].Stats().Closed, "peer 0 closed the stale connection")
+
+	require.NoError(t, old.Close())
+	<-oldIn.done
+	exchange(t, m, []int{0, 1}, want)
+	checkOnePerPair(t, m, []int{0, 1})
+	m.close(t)
+	checkFDs(t, baseline)
+}

@@ -1,0 +1,237 @@
+package tcp_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/epcache/epcache/transport/directory"
+	"github.com/epcache/epcache/transport/tcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package if a test leaves a goroutine behind: every
+// accept loop, reader and connection attempt must be gone once the test has
+// closed its peers.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// openFDs returns the number of this process's open file descriptors, or
+// -1 where /proc is absent.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	warmUp.Do(func() {
+		// The runtime's network poller keeps a few descriptors (epoll, an
+		// eventfd) from its first use on: open it before the baseline.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		require.NoError(t, ln.Close())
+	})
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return len(entries)
+}
+
+var warmUp sync.Once
+
+// checkFDs asserts that the process is back to baseline open descriptors.
+func checkFDs(t *testing.T, baseline int) {
+	t.Helper()
+	if baseline < 0 {
+		t.Log("no /proc/self/fd: descriptor count not checked")
+		return
+	}
+	var now int
+	ok := assert.Eventually(t, func() bool {
+		now = openFDs(t)
+		return now == baseline
+	}, 5*time.Second, 10*time.Millisecond)
+	if !ok {
+		t.Errorf("%d descriptors open after closing every peer; %d before", now, baseline)
+	}
+}
+
+// mesh is n peers sharing a directory, each with a receiver counting what
+// arrives.
+type mesh struct {
+	dir   *directory.Directory
+	peers []*tcp.Peer
+	in    []*inbox
+}
+
+// startMesh starts peers 0 to n-1 of a directory of size dirSize (n if 0),
+// with cfg adjusting each peer's Config. The peers are closed when the test
+// ends, if the test did not close them.
+func startMesh(t *testing.T, n, dirSize int, delay time.Duration, cfg func(*tcp.Config)) *mesh {
+	t.Helper()
+	if dirSize == 0 {
+		dirSize = n
+	}
+	dir, err := directory.New(directory.Options{Size: dirSize, Delay: delay})
+	require.NoError(t, err)
+	m := &mesh{dir: dir, peers: make([]*tcp.Peer, n), in: make([]*inbox, n)}
+	t.Cleanup(func() { m.close(t) })
+	for i := range n {
+		m.start(t, i, cfg)
+	}
+	return m
+}
+
+// start starts (or restarts) peer i.
+func (m *mesh) start(t *testing.T, i int, cfg func(*tcp.Config)) {
+	t.Helper()
+	c := tcp.Config{ID: i, Directory: m.dir}
+	if cfg != nil {
+		cfg(&c)
+	}
+	p, err := tcp.Listen(c)
+	require.NoError(t, err)
+	m.peers[i] = p
+	m.in[i] = receive(p, m.dir.Size())
+}
+
+// kill closes peer i and waits for its receiver.
+func (m *mesh) kill(t *testing.T, i int) {
+	t.Helper()
+	assert.NoError(t, m.peers[i].Close())
+	<-m.in[i].done
+}
+
+func (m *mesh) close(t *testing.T) {
+	t.Helper()
+	for i, p := range m.peers {
+		if p != nil {
+			m.kill(t, i)
+		}
+	}
+	for i, p := range m.peers {
+		if p == nil {
+			continue
+		}
+		st := p.Stats()
+		assert.Zero(t, st.Open(), "peer %d: connection ends still open after Close: %+v", i, st)
+		assert.Zero(t, st.Cache.Live, "peer %d: endpoints not released after Close", i)
+	}
+}
+
+// inbox counts the frames one peer receives, by sender.
+type inbox struct {
+	total atomic.Int64
+	from  []atomic.Int64
+	bad   atomic.Int64 // frames whose payload names another sender than Message.From
+	done  chan struct{}
+}
+
+// receive starts a goroutine that receives p's frames until p closes. A
+// payload that starts with 4 bytes names its sender, which must be From.
+func receive(p *tcp.Peer, n int) *inbox {
+	in := &inbox{from: make([]atomic.Int64, n), done: make(chan struct{})}
+	go func() {
+		defer close(in.done)
+		for {
+			msg, err := p.Recv(context.Background())
+			if err != nil {
+				if !errors.Is(err, tcp.ErrClosed) {
+					panic(err)
+				}
+				return
+			}
+			if len(msg.Payload) >= 4 && int(binary.BigEndian.Uint32(msg.Payload)) != msg.From {
+				in.bad.Add(1)
+			}
+			in.from[msg.From].Add(1)
+			in.total.Add(1)
+		}
+	}()
+	return in
+}
+
+// payload is a frame naming its sender.
+func payload(from, a, b int) []byte {
+	var p [12]byte
+	binary.BigEndian.PutUint32(p[0:], uint32(from))
+	binary.BigEndian.PutUint32(p[4:], uint32(a))
+	binary.BigEndian.PutUint32(p[8:], uint32(b))
+	return p[:]
+}
+
+// waitTotal waits until in has received want frames in all.
+func waitTotal(t *testing.T, in *inbox, want int64, who string) {
+	t.Helper()
+	if !assert.Eventually(t, func() bool { return in.total.Load() >= want }, 20*time.Second, time.Millisecond) {
+		t.Errorf("%s received %d frames; want %d", who, in.total.Load(), want)
+	}
+	assert.Equal(t, want, in.total.Load(), "%s: frames received", who)
+	assert.Zero(t, in.bad.Load(), "%s: frames with a wrong sender", who)
+}
+
+// checkOnePerPair asserts that every pair of peers among ids that holds an
+// endpoint shares one connection (each end's local address is the other's
+// remote address), that every pair in want holds one, and that no other
+// connection end is open.
+func checkOnePerPair(t *testing.T, m *mesh, ids []int) {
+	t.Helper()
+	pairs := 0
+	for a, i := range ids {
+		for _, j := range ids[a+1:] {
+			li, ri, oki := tcp.Endpoint(m.peers[i], j)
+			lj, rj, okj := tcp.Endpoint(m.peers[j], i)
+			if !oki || !okj {
+				t.Errorf("peers %d and %d: endpoints held: %v and %v; want both", i, j, oki, okj)
+				continue
+			}
+			pairs++
+			if li != rj || ri != lj {
+				t.Errorf("peers %d and %d use different connections: %s->%s and %s->%s", i, j, li, ri, lj, rj)
+			}
+		}
+	}
+	var open int64
+	ok := assert.Eventually(t, func() bool {
+		open = 0
+		for _, i := range ids {
+			open += m.peers[i].Stats().Open()
+		}
+		return open == int64(2*pairs)
+	}, 5*time.Second, 5*time.Millisecond)
+	if !ok {
+		t.Errorf("%d connection ends open for %d pairs; want exactly 2 per pair", open, pairs)
+	}
+}
+
+// sum adds up the stats of peers.
+func sum(peers []*tcp.Peer) tcp.Stats {
+	var s tcp.Stats
+	for _, p := range peers {
+		if p == nil {
+			continue
+		}
+		st := p.Stats()
+		s.DialAttempts += st.DialAttempts
+		s.Dialed += st.Dialed
+		s.Accepted += st.Accepted
+		s.Closed += st.Closed
+		s.Duplicates += st.Duplicates
+		s.Refused += st.Refused
+		s.NotPublished += st.NotPublished
+		s.BadFrames += st.BadFrames
+		s.Sent += st.Sent
+		s.Received += st.Received
+		s.Cache.Creates += st.Cache.Creates
+		s.Cache.Attempts += st.Cache.Attempts
+		s.Cache.CreateErrors += st.Cache.CreateErrors
+		s.Cache.ErrorHits += st.Cache.ErrorHits
+	}
+	return s
+}

@@ -1,0 +1,193 @@
+package tcp_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/epcache/epcache/transport/tcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestAllToAll starts 64 peers and has 16 goroutines on each send one frame
+// to every other peer, all at once and in an order that makes every pair
+// dial each other simultaneously: at step k, goroutine g of peer i sends to
+// peer i^k(g), and that peer's goroutine g sends to i. Every frame must
+// arrive, every pair must end with exactly one connection that both ends
+// use, and closing the peers must give back every file descriptor.
+func TestAllToAll(t *testing.T) {
+	peers, senders := 64, 16
+	if testing.Short() {
+		peers, senders = 16, 4
+	}
+	require.Zero(t, peers&(peers-1), "peers must be a power of two for the i^k pairing")
+	baseline := openFDs(t)
+
+	m := startMesh(t, peers, 0, 0, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := make(chan struct{})
+	var (
+		wg     sync.WaitGroup
+		failed atomic.Int64
+	)
+	began := time.Now()
+	for i := range peers {
+		for g := range senders {
+			wg.Go(func() {
+				<-start
+				for step := range peers - 1 {
+					k := 1 + (step+g)%(peers-1) // goroutines start at different peers
+					if err := m.peers[i].Send(ctx, i^k, payload(i, g, k)); err != nil {
+						failed.Add(1)
+						t.Errorf("peer %d -> %d: %v", i, i^k, err)
+						return
+					}
+				}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	require.Zero(t, failed.Load())
+	for i := range peers {
+		waitTotal(t, m.in[i], int64((peers-1)*senders), "peer "+strconv.Itoa(i))
+		for j := range peers {
+			if j != i {
+				assert.Equal(t, int64(senders), m.in[i].from[j].Load(), "frames from %d to %d", j, i)
+			}
+		}
+	}
+	elapsed := time.Since(began)
+
+	ids := make([]int, peers)
+	for i := range ids {
+		ids[i] = i
+	}
+	checkOnePerPair(t, m, ids)
+	st := sum(m.peers)
+	pairs := uint64(peers * (peers - 1) / 2)
+	t.Logf("%d frames in %v; %d pairs: %d dial attempts, %d dialed, %d accepted, %d duplicate ends closed, %d creations",
+		st.Sent, elapsed, pairs, st.DialAttempts, st.Dialed, st.Accepted, st.Duplicates, st.Cache.Creates)
+	assert.Equal(t, uint64(peers*(peers-1)*senders), st.Sent)
+	assert.Equal(t, st.Dialed, st.Accepted, "every connection dialed was accepted")
+	assert.Equal(t, pairs, st.Dialed-st.Duplicates/2, "connections kept: one per pair")
+	assert.Equal(t, uint64(peers*(peers-1)), st.Cache.Creates, "one endpoint per peer and direction")
+	assert.Zero(t, st.Refused)
+
+	m.close(t)
+	checkFDs(t, baseline)
+}
+
+// TestReconnectOnce breaks one end of a connection under 16 goroutines that
+// send on it: the failure is reported with CompareAndInvalidate by every
+// goroutine (and the reader) that sees it, and the peer reconnects exactly
+// once.
+func TestReconnectOnce(t *testing.T) {
+	baseline := openFDs(t)
+	m := startMesh(t, 2, 0, 0, nil)
+	a, b := m.peers[0], m.peers[1]
+	ctx := context.Background()
+	require.NoError(t, a.Send(ctx, 1, payload(0, 0, 0)))
+	waitTotal(t, m.in[1], 1, "peer 1")
+	before := a.Stats()
+	require.True(t, tcp.BreakEndpoint(a, 1))
+
+	const senders, frames = 16, 50
+	var (
+		wg       sync.WaitGroup
+		failures atomic.Int64
+	)
+	for g := range senders {
+		wg.Go(func() {
+			for f := range frames {
+				if a.Send(ctx, 1, payload(0, g, f)) != nil {
+					failures.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	after := a.Stats()
+	// How many sends see the broken connection depends on whether the
+	// reader noticed first.
+	t.Logf("%d of %d sends failed on the broken connection", failures.Load(), senders*frames)
+	assert.Equal(t, before.DialAttempts+1, after.DialAttempts, "one reconnection")
+	assert.Equal(t, before.Cache.Creates+1, after.Cache.Creates, "one new endpoint")
+	assert.Zero(t, b.Stats().DialAttempts, "peer 1 never needed to dial")
+
+	// Every frame sent after the reconnection arrives.
+	got := m.in[1].total.Load()
+	require.NoError(t, a.Send(ctx, 1, payload(0, 99, 99)))
+	assert.Eventually(t, func() bool { return m.in[1].total.Load() > got }, 5*time.Second, time.Millisecond)
+	m.close(t)
+	checkFDs(t, baseline)
+}
+
+// TestChurn breaks random connections between rounds of all-to-all sends
+// (sends that meet a broken connection are retried until they succeed), then
+// checks that the peers converge: a last round arrives in full, over one
+// connection per pair.
+func TestChurn(t *testing.T) {
+	peers, rounds := 8, 40
+	if testing.Short() {
+		rounds = 10
+	}
+	baseline := openFDs(t)
+	m := startMesh(t, peers, 0, 0, nil)
+	ids := make([]int, peers)
+	for i := range ids {
+		ids[i] = i
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range rounds {
+		for range 3 {
+			i, j := rng.IntN(peers), rng.IntN(peers)
+			if i != j {
+				tcp.BreakEndpoint(m.peers[i], j)
+			}
+		}
+		var wg sync.WaitGroup
+		for _, i := range ids {
+			for _, j := range ids {
+				if i == j {
+					continue
+				}
+				wg.Go(func() {
+					for m.peers[i].Send(ctx, j, payload(i, j, 0)) != nil {
+						if ctx.Err() != nil {
+							t.Errorf("peer %d cannot reach peer %d", i, j)
+							return
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+	}
+	// Frames sent on a connection just before it broke may be lost; from
+	// here on, none may be. Wait for the churn rounds' frames to settle.
+	want := map[int]int64{}
+	for settled := false; !settled; {
+		settled = true
+		for _, i := range ids {
+			if n := m.in[i].total.Load(); n != want[i] {
+				want[i], settled = n, false
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	exchange(t, m, ids, want)
+	checkOnePerPair(t, m, ids)
+	st := sum(m.peers)
+	t.Logf("%d dialed, %d duplicate ends, %d creations, %d creation errors", st.Dialed, st.Duplicates, st.Cache.Creates, st.Cache.CreateErrors)
+	m.close(t)
+	checkFDs(t, baseline)
+}

@@ -1,0 +1,380 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/epcache/epcache/epcache"
+	"github.com/epcache/epcache/transport/directory"
+)
+
+// Defaults for the zero fields of [Config].
+const (
+	// DefaultMaxFrame is the MaxFrame of a zero Config.MaxFrame: 1 MiB.
+	DefaultMaxFrame = 1 << 20
+	// DefaultHandshakeTimeout is the HandshakeTimeout of a zero
+	// Config.HandshakeTimeout.
+	DefaultHandshakeTimeout = 5 * time.Second
+	// DefaultCreateTimeout is the CreateTimeout of a zero
+	// Config.CreateTimeout.
+	DefaultCreateTimeout = 10 * time.Second
+	// DefaultRecvBuffer is the RecvBuffer of a zero Config.RecvBuffer.
+	DefaultRecvBuffer = 256
+
+	// MaxFrameLimit is the largest Config.MaxFrame: 1 GiB.
+	MaxFrameLimit = 1 << 30
+)
+
+// defaultRetry is the retry policy of a nil Config.Retry.
+var defaultRetry = epcache.Backoff(time.Millisecond, 100*time.Millisecond, 0, Retryable)
+
+// Config configures a [Peer]. ID and Directory are required; a zero value
+// elsewhere means the default.
+type Config struct {
+	// ID is the peer's number in Directory: 0 to Directory.Size()-1.
+	ID int
+
+	// Directory is where the peer publishes its address and looks up the
+	// others'.
+	Directory *directory.Directory
+
+	// MaxFrame is the largest payload Send sends and the reader accepts, in
+	// bytes; DefaultMaxFrame if 0, at most MaxFrameLimit.
+	MaxFrame int
+
+	// HandshakeTimeout bounds each side of a handshake (a stranger that
+	// connects and says nothing is closed after it), and how long a
+	// connection attempt that lost a simultaneous connect waits for the
+	// winning connection. DefaultHandshakeTimeout if 0.
+	HandshakeTimeout time.Duration
+
+	// CreateTimeout bounds one connection to a peer, lookups, retries and
+	// handshakes included: epcache's Config.CreateTimeout.
+	// DefaultCreateTimeout if 0.
+	CreateTimeout time.Duration
+
+	// Retry decides whether and when a failed connection attempt is made
+	// again: epcache's Config.Retry. If nil, it is
+	// epcache.Backoff(time.Millisecond, 100*time.Millisecond, 0, Retryable):
+	// capped exponential backoff, for as long as CreateTimeout allows, of
+	// the errors [Retryable] accepts only. A policy of your own should
+	// retry only what Retryable accepts, too.
+	Retry func(attempt int, err error) (wait time.Duration, retry bool)
+
+	// ErrorTTL, if positive, makes a failed connection the answer for that
+	// peer, without another attempt, for ErrorTTL: epcache's
+	// Config.ErrorTTL. It keeps senders to a dead peer from hammering it.
+	ErrorTTL time.Duration
+
+	// RecvBuffer is how many received frames wait for Recv before the
+	// readers stop reading (and TCP flow control stops the senders).
+	// DefaultRecvBuffer if 0.
+	RecvBuffer int
+}
+
+// Message is one frame received by Recv.
+type Message struct {
+	From    int    // the sending peer
+	Payload []byte // owned by the receiver
+}
+
+// Stats is a snapshot of a peer's counters; a snapshot taken after Close
+// returned is exact. Connection counts are of this peer's ends: a
+// connection between two peers of one process is counted by both.
+type Stats struct {
+	DialAttempts uint64 // TCP connects tried (lookups that found an address)
+	Dialed       uint64 // TCP connects that succeeded
+	Accepted     uint64 // connections accepted by the listener, strangers included
+	Closed       uint64 // connection ends closed, for any reason
+	Duplicates   uint64 // of Closed: ends closed because the pair keeps another connection
+	Refused      uint64 // accepted connections closed for a bad or missing hello
+	NotPublished uint64 // lookups the directory answered "not yet"
+	BadFrames    uint64 // connections closed for announcing a frame over MaxFrame
+	Sent         uint64 // frames written
+	Received     uint64 // frames delivered to the inbox
+
+	Cache epcache.Stats // the endpoint cache's counters
+}
+
+// Open returns the number of this peer's connection ends not yet closed.
+func (s Stats) Open() int64 { return int64(s.Dialed+s.Accepted) - int64(s.Closed) }
+
+type counters struct {
+	dialAttempts, dialed, accepted, closed, duplicates, refused atomic.Uint64
+	notPublished, badFrames, sent, received                     atomic.Uint64
+}
+
+// Peer is one process of the job: a TCP listener on 127.0.0.1, a published
+// address, and an endpoint cache of connections to the other peers. Its
+// methods are safe for concurrent use. Make one with [Listen].
+type Peer struct {
+	id        int
+	inc       uint64 // incarnation: tells the other peers that this is a new life of id
+	dir       *directory.Directory
+	ln        net.Listener
+	cache     *epcache.Cache[int, *conn]
+	dialer    net.Dialer
+	maxFrame  int
+	hsTimeout time.Duration
+	inbox     chan Message
+	stats     counters
+	done      chan struct{} // closed when Close begins
+	closeDone chan struct{} // closed when the first Close returns
+	wg        sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	links  map[int]*link      // per remote peer; entries are never removed
+	conns  map[*conn]struct{} // every open connection end, handshaking ones included
+}
+
+// Listen starts a peer: it listens on 127.0.0.1 (a port of the kernel's
+// choosing), starts a goroutine that accepts connections, and publishes the
+// address in cfg.Directory as cfg.ID's, replacing what was there (a
+// restarted peer republishes this way; the directory's delay applies). It
+// returns an error naming the first invalid field of cfg, or the error of
+// listening or publishing. Call Close to stop the peer and free what it
+// holds.
+func Listen(cfg Config) (*Peer, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("tcp: peer %d: %w", cfg.ID, err)
+	}
+	p := &Peer{
+		id:        cfg.ID,
+		inc:       nonZeroRandom(),
+		dir:       cfg.Directory,
+		ln:        ln,
+		maxFrame:  cfg.MaxFrame,
+		hsTimeout: cfg.HandshakeTimeout,
+		inbox:     make(chan Message, cfg.RecvBuffer),
+		done:      make(chan struct{}),
+		closeDone: make(chan struct{}),
+		links:     map[int]*link{},
+		conns:     map[*conn]struct{}{},
+	}
+	p.cache, err = epcache.New(epcache.Config[int, *conn]{
+		Create:        p.create,
+		Release:       p.release,
+		CreateTimeout: cfg.CreateTimeout,
+		Retry:         cfg.Retry,
+		ErrorTTL:      cfg.ErrorTTL,
+	})
+	if err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("tcp: peer %d: %w", cfg.ID, err)
+	}
+	p.wg.Add(1)
+	go p.acceptLoop()
+	if err := p.dir.Publish(p.id, ln.Addr().String()); err != nil {
+		_ = p.Close()
+		return nil, fmt.Errorf("tcp: peer %d: %w", cfg.ID, err)
+	}
+	return p, nil
+}
+
+func (cfg *Config) fill() error {
+	switch {
+	case cfg.Directory == nil:
+		return errors.New("tcp: Config.Directory is nil; it is required")
+	case cfg.ID < 0 || cfg.ID >= cfg.Directory.Size():
+		return fmt.Errorf("tcp: Config.ID is %d; want 0 to %d (the directory's peers)", cfg.ID, cfg.Directory.Size()-1)
+	case cfg.MaxFrame < 0 || cfg.MaxFrame > MaxFrameLimit:
+		return fmt.Errorf("tcp: Config.MaxFrame is %d; want 0 (default) to %d", cfg.MaxFrame, MaxFrameLimit)
+	case cfg.HandshakeTimeout < 0:
+		return fmt.Errorf("tcp: Config.HandshakeTimeout is %v; want 0 (default) or a positive duration", cfg.HandshakeTimeout)
+	case cfg.CreateTimeout < 0:
+		return fmt.Errorf("tcp: Config.CreateTimeout is %v; want 0 (default) or a positive duration", cfg.CreateTimeout)
+	case cfg.ErrorTTL < 0:
+		return fmt.Errorf("tcp: Config.ErrorTTL is %v; want 0 (failures not remembered) or a positive duration", cfg.ErrorTTL)
+	case cfg.RecvBuffer < 0:
+		return fmt.Errorf("tcp: Config.RecvBuffer is %d; want 0 (default) or a positive count", cfg.RecvBuffer)
+	}
+	if cfg.MaxFrame == 0 {
+		cfg.MaxFrame = DefaultMaxFrame
+	}
+	if cfg.HandshakeTimeout == 0 {
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if cfg.CreateTimeout == 0 {
+		cfg.CreateTimeout = DefaultCreateTimeout
+	}
+	if cfg.Retry == nil {
+		cfg.Retry = defaultRetry
+	}
+	if cfg.RecvBuffer == 0 {
+		cfg.RecvBuffer = DefaultRecvBuffer
+	}
+	return nil
+}
+
+func nonZeroRandom() uint64 {
+	for {
+		if n := rand.Uint64(); n != 0 {
+			return n
+		}
+	}
+}
+
+// ID returns the peer's number in the directory.
+func (p *Peer) ID() int { return p.id }
+
+// Addr returns the address the peer listens on and published.
+func (p *Peer) Addr() string { return p.ln.Addr().String() }
+
+// Send sends payload as one frame to peer to, connecting first if this peer
+// holds no connection to it: concurrent Sends to one peer share one
+// connection attempt and then one connection (see the package doc). Frames
+// that one goroutine sends to one peer arrive in order as long as the
+// connection lasts.
+//
+// Send returns once the frame is written to the connection, not once it is
+// received. It blocks while the connection is being made and while TCP flow
+// control holds the write back (the receiver is not calling Recv). ctx
+// bounds both: on cancellation Send returns ctx.Err(), and a write cut short
+// tears the connection down.
+//
+// Errors: ErrFrameTooLarge beyond MaxFrame; ErrSelf; an error wrapping
+// directory.ErrUnknownPeer for a peer outside the directory; the connection
+// error (remembered for Config.ErrorTTL); an I/O error, after which the
+// connection is given up (with epcache's CompareAndInvalidate, so that only
+// this connection is dropped) and the next Send reconnects; ErrClosed once
+// Close has begun. The payload is not retained.
+func (p *Peer) Send(ctx context.Context, to int, payload []byte) error {
+	switch {
+	case len(payload) > p.maxFrame:
+		return fmt.Errorf("%w: %d bytes to peer %d (MaxFrame is %d)", ErrFrameTooLarge, len(payload), to, p.maxFrame)
+	case to == p.id:
+		return fmt.Errorf("%w (peer %d)", ErrSelf, to)
+	case to < 0 || to >= p.dir.Size():
+		return fmt.Errorf("tcp: send to peer %d: %w (peers are 0 to %d)", to, directory.ErrUnknownPeer, p.dir.Size()-1)
+	}
+	c, err := p.cache.Get(ctx, to)
+	if err != nil {
+		if errors.Is(err, epcache.ErrClosed) {
+			return ErrClosed
+		}
+		return err
+	}
+	if err := c.writeFrame(ctx, payload); err != nil {
+		p.cache.CompareAndInvalidate(to, c)
+		select {
+		case <-p.done:
+			return ErrClosed
+		default:
+		}
+		if err == ctx.Err() {
+			return err
+		}
+		return fmt.Errorf("tcp: send to peer %d: %w", to, err)
+	}
+	p.stats.sent.Add(1)
+	return nil
+}
+
+// Recv returns the next frame received from any peer. It blocks until one
+// arrives, ctx ends (it returns ctx.Err()) or Close begins (ErrClosed).
+// Frames not received by Close are discarded.
+func (p *Peer) Recv(ctx context.Context) (Message, error) {
+	select {
+	case m := <-p.inbox:
+		return m, nil
+	case <-p.done:
+		return Message{}, ErrClosed
+	case <-ctx.Done():
+		return Message{}, ctx.Err()
+	}
+}
+
+// Stats returns the peer's counters; see [Stats].
+func (p *Peer) Stats() Stats {
+	s := &p.stats
+	return Stats{
+		DialAttempts: s.dialAttempts.Load(),
+		Dialed:       s.dialed.Load(),
+		Accepted:     s.accepted.Load(),
+		Closed:       s.closed.Load(),
+		Duplicates:   s.duplicates.Load(),
+		Refused:      s.refused.Load(),
+		NotPublished: s.notPublished.Load(),
+		BadFrames:    s.badFrames.Load(),
+		Sent:         s.sent.Load(),
+		Received:     s.received.Load(),
+		Cache:        p.cache.Stats(),
+	}
+}
+
+// Close shuts the peer down: it stops Send and Recv (they return ErrClosed),
+// closes the listener, closes the endpoint cache (which cancels connection
+// attempts in flight and releases every connection it holds), closes every
+// other connection (offered, handshaking), and waits for all the peer's
+// goroutines to return. The peer's address stays in the directory: a dead
+// peer does not withdraw its own, so call Directory.Unpublish for that. A
+// second Close waits for the first and returns nil.
+func (p *Peer) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		<-p.closeDone
+		return nil
+	}
+	p.closed = true // from now on, no connection is registered and no goroutine started
+	close(p.done)
+	p.mu.Unlock()
+
+	errLn := p.ln.Close()
+	errCache := p.cache.Close()
+	p.mu.Lock()
+	rest := make([]*conn, 0, len(p.conns))
+	for c := range p.conns {
+		rest = append(rest, c)
+	}
+	p.mu.Unlock()
+	for _, c := range rest {
+		c.close(false)
+	}
+	p.wg.Wait()
+	close(p.closeDone)
+	if errLn != nil {
+		errLn = fmt.Errorf("tcp: peer %d: close listener: %w", p.id, errLn)
+	}
+	return errors.Join(errLn, errCache)
+}
+
+// acceptLoop accepts connections until Close closes the listener, and hands
+// each to a goroutine of its own for the handshake and then the reads.
+func (p *Peer) acceptLoop() {
+	defer p.wg.Done()
+	for {
+		nc, err := p.ln.Accept()
+		if err != nil {
+			select {
+			case <-p.done:
+				return
+			case <-time.After(10 * time.Millisecond):
+				continue // out of file descriptors, say: try again
+			}
+		}
+		p.stats.accepted.Add(1)
+		c := &conn{p: p, nc: nc}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			c.close(false)
+			return
+		}
+		p.conns[c] = struct{}{}
+		p.wg.Add(1)
+		p.mu.Unlock()
+		go p.serve(c)
+	}
+}
