@@ -31,9 +31,10 @@ type Cache[K comparable, V any] struct {
 	timeout time.Duration
 	ttl     time.Duration
 
-	closeCtx  context.Context // cancelled by Close; creations watch it
-	cancelAll context.CancelCauseFunc
-	closeDone chan struct{} // closed when the first Close returns
+	stopping   []context.Context // cancelled by Close; a creation watches the one of its stripe
+	stop       []context.CancelCauseFunc
+	timeoutErr error         // the cause of a CreateTimeout
+	closeDone  chan struct{} // closed when the first Close returns
 
 	errMu       sync.Mutex
 	releaseErrs []error // panics of Release outside Invalidate, reported by Close
@@ -49,20 +50,29 @@ func New[K comparable, V any](cfg Config[K, V]) (*Cache[K, V], error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
+	stripes := newStripes()
+	// One stopping context per stats stripe: contexts derived from it (a
+	// CreateTimeout) register with it under its lock, so a lone one would
+	// serialise the start of every creation.
+	stopping := make([]context.Context, len(stripes))
+	stop := make([]context.CancelCauseFunc, len(stripes))
+	for i := range stopping {
+		stopping[i], stop[i] = context.WithCancelCause(context.Background())
+	}
 	return &Cache[K, V]{
-		table:     t,
-		stats:     newStripes(),
-		gate:      newGate(),
-		closing:   make(chan struct{}),
-		create:    cfg.Create,
-		release:   cfg.Release,
-		retry:     cfg.Retry,
-		timeout:   cfg.CreateTimeout,
-		ttl:       cfg.ErrorTTL,
-		closeCtx:  ctx,
-		cancelAll: cancel,
-		closeDone: make(chan struct{}),
+		table:      t,
+		stats:      stripes,
+		gate:       newGate(),
+		closing:    make(chan struct{}),
+		create:     cfg.Create,
+		release:    cfg.Release,
+		retry:      cfg.Retry,
+		timeout:    cfg.CreateTimeout,
+		ttl:        cfg.ErrorTTL,
+		stopping:   stopping,
+		stop:       stop,
+		timeoutErr: fmt.Errorf("epcache: creation exceeded CreateTimeout of %v: %w", cfg.CreateTimeout, context.DeadlineExceeded),
+		closeDone:  make(chan struct{}),
 	}, nil
 }
 
@@ -85,6 +95,11 @@ func (c *Cache[K, V]) Get(ctx context.Context, key K) (V, error) {
 // waits, takes no lock and allocates nothing. After Close it finds nothing.
 func (c *Cache[K, V]) Load(key K) (v V, ok bool) {
 	return c.table.Load(key)
+}
+
+// stoppingFor returns the stopping context of s's stripe.
+func (c *Cache[K, V]) stoppingFor(s *shard.Slot[K, V]) context.Context {
+	return c.stopping[c.stats.index(unsafe.Pointer(s))]
 }
 
 // misser is the Cache seen by its table: the table runs the hit path of Get
@@ -313,7 +328,9 @@ func (c *Cache[K, V]) Close() error {
 	}
 	defer close(c.closeDone)
 	close(c.closing)
-	c.cancelAll(ErrClosed)
+	for _, stop := range c.stop {
+		stop(ErrClosed)
+	}
 	c.gate.close()
 	// No creation is in flight and none can start: sealing sees every value.
 	var values []held[K, V]

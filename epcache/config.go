@@ -16,8 +16,8 @@ type Config[K comparable, V any] struct {
 	// Create runs on a goroutine of its own. Its ctx carries the values of
 	// the context of the Get that started it (trace IDs carry over) but not
 	// that Get's cancellation: callers leave on their own contexts while the
-	// creation goes on for the others. ctx is cancelled by CreateTimeout, by
-	// Close, and when Create returns.
+	// creation goes on for the others. ctx is cancelled by CreateTimeout and
+	// by Close.
 	//
 	// A nil error publishes the value, whatever it is (a zero value too). A
 	// panic reaches the waiting callers as a *PanicError; runtime.Goexit as

@@ -22,21 +22,28 @@ import (
 // of the key can overlap this one.
 func (c *Cache[K, V]) run(callerCtx context.Context, s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V]) {
 	defer c.gate.exit()
-	ctx, cancel := c.creationContext(callerCtx)
-	defer cancel()
-	var last atomic.Pointer[failure] // the latest failed attempt, for the error below
-	stopAbandon := context.AfterFunc(ctx, func() {
-		if f.TryResolve() {
-			c.stats.of(unsafe.Pointer(s)).createErrors.Add(1)
-			err := context.Cause(ctx)
-			if p := last.Load(); p != nil {
-				err = ended(ctx, p.attempts, p.err)
+	var ctx context.Context = creationCtx{c.stoppingFor(s), callerCtx}
+	var last *atomic.Pointer[failure] // the latest failed attempt, for the timeout's error
+	stopAbandon := func() bool { return false }
+	if c.timeout > 0 {
+		// The timeout answers the waiters even if Create ignores ctx. (Close
+		// needs no such hook: it answers the waiters itself.)
+		tctx, cancel := context.WithTimeoutCause(ctx, c.timeout, c.timeoutErr)
+		defer cancel()
+		ctx, last = tctx, new(atomic.Pointer[failure])
+		stopAbandon = context.AfterFunc(ctx, func() {
+			if f.TryResolve() {
+				c.stats.of(unsafe.Pointer(s)).createErrors.Add(1)
+				err := context.Cause(ctx)
+				if p := last.Load(); p != nil {
+					err = ended(ctx, p.attempts, p.err)
+				}
+				// A zero Until keeps the slot answering this error until the
+				// running Create returns and settles it.
+				f.Finish(*new(V), err, time.Time{})
 			}
-			// A zero Until keeps the slot answering this error until the
-			// running Create returns and settles it.
-			f.Finish(*new(V), err, time.Time{})
-		}
-	})
+		})
+	}
 	// Deferred, so that it also runs when Create calls runtime.Goexit.
 	var (
 		v        V
@@ -50,28 +57,28 @@ func (c *Cache[K, V]) run(callerCtx context.Context, s *shard.Slot[K, V], claim 
 		}
 		c.settle(s, claim, f, v, err)
 	}()
-	v, err = c.attempt(ctx, s, &last)
+	v, err = c.attempt(ctx, s, last)
 	returned = true
 }
 
-// creationContext returns the context for one creation: the caller's values
-// without its cancellation, ended by CreateTimeout and Close.
-func (c *Cache[K, V]) creationContext(callerCtx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancelCause := context.WithCancelCause(context.WithoutCancel(callerCtx))
-	stopClose := context.AfterFunc(c.closeCtx, func() { cancelCause(ErrClosed) })
-	cancel := func() {
-		stopClose()
-		cancelCause(nil)
+// creationCtx is the context of one creation: the values of the Get that
+// started it, and the cancellation of Close (stopping is a context Close
+// cancels), without the caller's cancellation. It costs one small allocation
+// and registers nothing, unlike WithoutCancel plus an AfterFunc.
+type creationCtx struct {
+	context.Context                 // stopping: Done, Err, Deadline
+	values          context.Context // the caller's
+}
+
+// Value asks stopping first: it holds no values but the context package's
+// own link to the nearest cancelable context, so contexts that Create derives
+// from this one attach to stopping directly (no goroutine to watch it), and
+// every other key is the caller's.
+func (c creationCtx) Value(key any) any {
+	if v := c.Context.Value(key); v != nil {
+		return v
 	}
-	if c.timeout <= 0 {
-		return ctx, cancel
-	}
-	tctx, cancelTimeout := context.WithTimeoutCause(ctx, c.timeout,
-		fmt.Errorf("epcache: creation exceeded CreateTimeout of %v: %w", c.timeout, context.DeadlineExceeded))
-	return tctx, func() {
-		cancelTimeout()
-		cancel()
-	}
+	return c.values.Value(key)
 }
 
 // failure is one failed attempt.
@@ -82,7 +89,7 @@ type failure struct {
 
 // attempt calls Create, and again as long as Retry says so. A panic in Create
 // or Retry ends the creation with a *PanicError. Each failed attempt is
-// stored in last, so that a timeout can report it.
+// stored in last, if not nil, so that a timeout can report it.
 func (c *Cache[K, V]) attempt(ctx context.Context, s *shard.Slot[K, V], last *atomic.Pointer[failure]) (v V, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -95,7 +102,9 @@ func (c *Cache[K, V]) attempt(ctx context.Context, s *shard.Slot[K, V], last *at
 		if v, err = c.create(ctx, s.Key()); err == nil {
 			return v, nil
 		}
-		last.Store(&failure{n, err})
+		if last != nil {
+			last.Store(&failure{n, err})
+		}
 		if ctx.Err() != nil {
 			return v, ended(ctx, n, err)
 		}

@@ -50,9 +50,11 @@ func newStripes() stripes {
 // of returns the stripe for a slot. Slots are spread by their address: each
 // key's slot is its own allocation, so distinct keys land on distinct
 // stripes without hashing the key again.
-func (s stripes) of(p unsafe.Pointer) *stripe {
+func (s stripes) of(p unsafe.Pointer) *stripe { return &s[s.index(p)] }
+
+func (s stripes) index(p unsafe.Pointer) int {
 	a := uint64(uintptr(p))
-	return &s[(a>>5^a>>13)&uint64(len(s)-1)]
+	return int((a>>5 ^ a>>13) & uint64(len(s)-1))
 }
 
 func (s stripes) sum() Stats {
