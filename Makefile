@@ -2,9 +2,11 @@
 
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+BENCHSTAT   ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 PKGS        := ./...
 BENCHTIME   ?= 1s
 COUNT       ?= 1
+RESULTS     ?= results
 
 .DEFAULT_GOAL := help
 
@@ -13,7 +15,7 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: test
-test: fmt-check vet lint race test-386 bench-smoke ## everything CI checks: gofmt, vet, staticcheck, race tests, 32-bit, benchmarks once
+test: fmt-check vet lint race test-386 bench-smoke ## gofmt, vet, staticcheck, race tests, 32-bit tests, every benchmark once
 
 .PHONY: fmt-check
 fmt-check: ## fail if any file is not gofmt'ed
@@ -42,5 +44,36 @@ bench-smoke: ## every benchmark once, so that none rots
 	$(GO) test -run '^$$' -bench . -benchtime 1x $(PKGS)
 
 .PHONY: bench
-bench: ## hit-path benchmarks of epcache beside sync.Map and xsync (BENCHTIME=1s COUNT=1)
+bench: ## the main job: epbench's default suite, every workload and comparator (about a minute)
+	$(GO) run ./cmd/epbench
+
+.PHONY: bench-hit
+bench-hit: ## go test hit-path benchmarks, epcache called directly beside sync.Map and xsync (BENCHTIME=1s COUNT=1)
 	$(GO) test -run '^$$' -bench 'Hit' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./epcache ./shard
+
+.PHONY: bench-ci
+bench-ci: ## the short suite, compared with results/baseline.json by ratios measured in this run
+	$(GO) run ./cmd/epbench -suite ci -compare $(RESULTS)/baseline.json
+
+.PHONY: baseline
+baseline: ## rewrite results/baseline.json from three runs of the short suite on this machine
+	$(GO) run ./cmd/epbench -suite ci -count 3 -format json > $(RESULTS)/baseline.json.tmp
+	mv $(RESULTS)/baseline.json.tmp $(RESULTS)/baseline.json
+
+.PHONY: results
+results: ## the full measurement into results/: go test -cpu 1,2,4,8 -count 10, epbench -count 5, benchstat, charts, READMEs (about 30 minutes)
+	mkdir -p $(RESULTS)/epbench
+	{ echo "$$(nproc) × $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $$(free -g | awk '/Mem:/ {print $$2}') GiB, $$($(GO) version | cut -d' ' -f3-)"; \
+	  echo "cpus: $$(nproc)"; echo "cpu: $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"; \
+	  echo "memory: $$(free -g | awk '/Mem:/ {print $$2}') GiB"; echo "kernel: $$(uname -srm)"; \
+	  echo "go: $$($(GO) version)"; echo "date: $$(date -u '+%Y-%m-%d %H:%M UTC')"; \
+	  echo "commit: $$(git rev-parse --short HEAD 2>/dev/null)"; } > $(RESULTS)/machine.txt
+	printf '%s\n' \
+	  "$(GO) test -run '^\$$' -bench . -benchmem -cpu 1,2,4,8 -count 10 -benchtime 100ms ./epcache ./shard ./bench > $(RESULTS)/gobench.txt" \
+	  "$(GO) run $(BENCHSTAT) -col /impl $(RESULTS)/gobench.txt > $(RESULTS)/benchstat.txt" \
+	  "$(GO) run ./cmd/epbench -count 5 -out $(RESULTS)/epbench" \
+	  "$(GO) run ./internal/resultsdoc -results $(RESULTS) -readme README.md" > $(RESULTS)/commands.txt
+	$(GO) test -run '^$$' -bench . -benchmem -cpu 1,2,4,8 -count 10 -benchtime 100ms ./epcache ./shard ./bench > $(RESULTS)/gobench.txt
+	$(GO) run $(BENCHSTAT) -col /impl $(RESULTS)/gobench.txt > $(RESULTS)/benchstat.txt
+	$(GO) run ./cmd/epbench -count 5 -out $(RESULTS)/epbench
+	$(GO) run ./internal/resultsdoc -results $(RESULTS) -readme README.md

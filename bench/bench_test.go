@@ -1,0 +1,148 @@
+package bench_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/epcache/epcache/bench"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func spec(workload, impl, keys string) bench.Spec {
+	return bench.Spec{
+		Workload: workload, Impl: impl, Keys: keys, Dist: "uniform",
+		Peers: 64, Goroutines: 8, Duration: 20 * time.Millisecond,
+		Cost: "none", Churn: 0.05, Failures: 2, Reads: 0.9, Seed: 1,
+	}
+}
+
+// Every comparator, every workload, both key types: no leak, no double
+// release, no wrong answer, and exactly once where the comparator promises it.
+func TestEveryComparatorIsCorrect(t *testing.T) {
+	for _, im := range bench.Impls {
+		for _, w := range bench.Workloads {
+			for _, keys := range []string{"uint64", "string"} {
+				t.Run(w+"/"+im.Name+"/"+keys, func(t *testing.T) {
+					s := spec(w, im.Name, keys)
+					if w == "storm" || w == "flaky" {
+						s.Cost = "sleep:100us"
+					}
+					r, err := bench.Run(context.Background(), s)
+					if im.Dense && keys == "string" {
+						require.ErrorIs(t, err, bench.ErrUnsupported)
+						return
+					}
+					require.NoError(t, err)
+					assert.Empty(t, r.Failure)
+					assert.Zero(t, r.Leaked)
+					assert.Positive(t, r.Ops)
+					assert.Equal(t, r.Creates, r.Releases)
+					if w == "storm" || w == "flaky" {
+						assert.Equal(t, uint64(s.Peers), r.Distinct, "every peer was created")
+						assert.Positive(t, r.Completion)
+					}
+					if im.ExactlyOnce && (w == "storm" || w == "flaky" || w == "hit") {
+						assert.EqualValues(t, s.Peers, r.Creates, "exactly once")
+						assert.LessOrEqual(t, r.Overlap, 1)
+					}
+					if w == "flaky" {
+						assert.GreaterOrEqual(t, r.Attempts, uint64(s.Peers*(s.Failures+1)))
+					}
+					if w == "churn" || w == "mixed" {
+						assert.Positive(t, r.Invalidations)
+					}
+				})
+			}
+		}
+	}
+}
+
+// The storm from the issue: P = 1,024, G = 64, sleep:1ms. epcache creates
+// each peer once, in parallel; the mutex creates them one after another.
+func TestStormParallelism(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a second or more of sleeping")
+	}
+	run := func(impl string) bench.Result {
+		s := spec("storm", impl, "uint64")
+		s.Peers, s.Goroutines, s.Cost = 256, 64, "sleep:1ms"
+		r, err := bench.Run(context.Background(), s)
+		require.NoError(t, err)
+		require.Empty(t, r.Failure)
+		return r
+	}
+	ep, mu := run("epcache"), run("mutex")
+	assert.EqualValues(t, 256, ep.Creates)
+	assert.Less(t, float64(ep.Completion), 0.25*float64(mu.Completion),
+		"epcache %v against mutex %v", ep.Completion, mu.Completion)
+}
+
+// The ledger catches what a broken cache does: a cache that never releases
+// leaks, and the run says so.
+func TestLedgerCatchesLeaksAndOverlap(t *testing.T) {
+	l := bench.NewLedger(2, bench.MustCost("none"), 0)
+	a, err := l.Create(context.Background(), 0)
+	require.NoError(t, err)
+	_, err = l.Create(context.Background(), 0)
+	require.NoError(t, err)
+	l.Release(a)
+	l.Release(a)
+	c := l.Counts()
+	assert.EqualValues(t, 2, c.Creates)
+	assert.EqualValues(t, 1, c.Distinct)
+	assert.EqualValues(t, 1, c.Releases)
+	assert.EqualValues(t, 1, c.DoubleReleases)
+
+	fl := bench.NewLedger(1, bench.MustCost("none"), 2)
+	for range 2 {
+		_, err := fl.Create(context.Background(), 0)
+		assert.ErrorIs(t, err, bench.ErrNotPublished)
+	}
+	_, err = fl.Create(context.Background(), 0)
+	assert.NoError(t, err)
+}
+
+func TestBadSpecs(t *testing.T) {
+	for _, tc := range []struct {
+		mutate func(*bench.Spec)
+		want   string
+	}{
+		{func(s *bench.Spec) { s.Workload = "nap" }, `unknown workload "nap"`},
+		{func(s *bench.Spec) { s.Impl = "redis" }, `unknown implementation "redis"`},
+		{func(s *bench.Spec) { s.Keys = "float" }, `keys "float"`},
+		{func(s *bench.Spec) { s.Dist = "pareto" }, `dist "pareto"`},
+		{func(s *bench.Spec) { s.Peers = 0 }, "peers 0"},
+		{func(s *bench.Spec) { s.Goroutines = -1 }, "goroutines -1"},
+		{func(s *bench.Spec) { s.Duration = 0 }, "duration 0s"},
+		{func(s *bench.Spec) { s.Cost = "sleep:soon" }, `cost "sleep:soon"`},
+		{func(s *bench.Spec) { s.Churn = 2 }, "churn 2"},
+	} {
+		s := spec("hit", "epcache", "uint64")
+		tc.mutate(&s)
+		_, err := bench.Run(context.Background(), s)
+		assert.ErrorContains(t, err, tc.want)
+	}
+}
+
+func TestParseCost(t *testing.T) {
+	for in, want := range map[string]string{
+		"none": "none", "sleep:1ms": "sleep:1ms", "spin:20us": "spin:20µs", "lognormal:500us:1.5": "lognormal:500µs:1.5",
+	} {
+		c, err := bench.ParseCost(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, c.String())
+	}
+	for _, bad := range []string{"", "sleep", "sleep:-1ms", "spin:x", "lognormal:1ms", "lognormal:1ms:0", "none:1", "wait:1ms"} {
+		_, err := bench.ParseCost(bad)
+		assert.Error(t, err, bad)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	assert.True(t, errors.Is(bench.MustCost("sleep:1h").Pay(ctx), context.Canceled), "a sleep ends with its context")
+}

@@ -1,0 +1,57 @@
+// Package bench is epcache's benchmark harness: the same endpoint-cache
+// workloads run against epcache and the implementations Go users write today,
+// behind one small interface, [Cache], with a [Ledger] that counts every
+// endpoint created and released so that leaks and duplicates are measured,
+// not assumed.
+//
+// # Comparators
+//
+// One file each (see [Impls]): mutex (a map behind one sync.Mutex, creation
+// under the lock), rwmutex (RLock fast path, then Lock, double-check, create
+// under the lock), syncmap (sync.Map.Load, on a miss create, then
+// LoadOrStore, releasing the loser: what users write today), singleflight
+// (golang.org/x/sync/singleflight in front of a sync.Map, the key turned into
+// a string), xsync (xsync/v3 MapOf.LoadOrTryCompute, which holds a bucket
+// lock while creating), xsync4 (xsync/v4 Map.LoadOrCompute), epcache, and
+// array (a dense slice of atomic pointers indexed by peer number, claimed by
+// CAS: the physical floor for dense integer peers; workloads with string
+// keys skip it). Every comparator releases what it gives up, duplicates
+// included, so that a leak is a bug in a comparator, never a choice.
+//
+// # Workloads
+//
+//   - hit: every peer ready, 100% Get; uint64 or string keys; uniform or
+//     Zipf (s=1.01) access; 1,024 or 1,000,000 peers. Reports bytes per
+//     entry (heap growth while filling the cache, less the endpoints).
+//   - storm: the startup storm. G goroutines released together by a
+//     barrier; each gets every one of P peers, goroutine g visiting them in
+//     rotated order starting at g·P/G, as MPI ranks do ((i + rank) % n), so
+//     that creations can proceed in parallel. Measures the time until every
+//     goroutine has every peer, and each Get's latency.
+//   - churn: mostly hits; a fraction of operations (default 1%) reports the
+//     endpoint just obtained as failed (CompareAndInvalidate), so the next
+//     Get re-creates it.
+//   - flaky: a storm in which creation fails with [ErrNotPublished] the first
+//     k times for each peer, then succeeds (the PMIx "not yet published"
+//     case). epcache retries inside its one creation (Config.Retry);
+//     comparators without retry support retry in the caller, with the same
+//     backoff.
+//   - mixed: a read ratio (100%, 99%, 90%) of Gets, the rest Invalidates of a
+//     random peer, which the next Get of that peer re-creates.
+//
+// Creation cost follows a [Cost] model: none, fixed (sleep:1ms, spin:20us) or
+// heavy-tailed (lognormal:500us:1.5, a sub-millisecond median with a tail of
+// tens of milliseconds). Sleeps shorter than about a millisecond take about
+// 1.1 ms on these machines, so every result reports the measured mean
+// creation time beside the model.
+//
+// # What is measured
+//
+// ops/s, ns/op, Get latency p50/p99/p999/max (HdrHistogram; in the steady
+// workloads one Get in 64 is timed), allocs/op, bytes per entry, creates,
+// duplicates, releases, leaked (creates − releases after Close) and
+// overlap (the most creations of one peer in flight at once; above 1 breaks
+// exactly-once). Duplicates are counted per peer: creations beyond the first
+// and beyond one for each time the workload invalidated the peer on purpose.
+// A run that leaks is a failure.
+package bench

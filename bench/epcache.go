@@ -1,0 +1,31 @@
+package bench
+
+import (
+	"context"
+
+	"github.com/epcache/epcache/epcache"
+)
+
+type epcacheCache[K comparable] struct {
+	c *epcache.Cache[K, *Endpoint]
+}
+
+func newEpcache[K comparable](env Env[K]) (Cache[K], error) {
+	c, err := epcache.New(epcache.Config[K, *Endpoint]{
+		Create:  env.Create,
+		Release: env.Release,
+		Retry:   env.Retry,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return epcacheCache[K]{c}, nil
+}
+
+func (e epcacheCache[K]) Get(ctx context.Context, key K) (*Endpoint, error) {
+	return e.c.Get(ctx, key)
+}
+
+func (e epcacheCache[K]) Report(key K, ep *Endpoint) bool { return e.c.CompareAndInvalidate(key, ep) }
+func (e epcacheCache[K]) Invalidate(key K) bool           { return e.c.Invalidate(key) }
+func (e epcacheCache[K]) Close() error                    { return e.c.Close() }

@@ -1,0 +1,139 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Endpoint is what every comparator caches: one per creation, so that the
+// ledger can tell a duplicate from a hit and a leak from a release.
+type Endpoint struct {
+	Peer     int    // the peer's number, 0 ≤ Peer < peers
+	Serial   uint64 // the ledger's creation number, from 1
+	released atomic.Int32
+}
+
+// ErrNotPublished is the flaky workload's creation error: the peer's address
+// is not published yet (the PMIx case). It is worth retrying.
+var ErrNotPublished = errors.New("bench: peer address not yet published")
+
+// Ledger creates and releases endpoints for the comparators and counts
+// everything: creations, attempts, releases, double releases, and the most
+// creations of one peer in flight at once. It is safe for concurrent use.
+type Ledger struct {
+	cost     Cost
+	failures int32 // flaky: failed attempts per peer before the first success
+
+	inflight    []atomic.Int32 // per peer: creations in progress
+	attempts    []atomic.Int32 // per peer: attempts made, for failures
+	made        []atomic.Int32 // per peer: endpoints created
+	invalidated []atomic.Int32 // per peer: endpoints dropped by Report or Invalidate
+
+	serial         atomic.Uint64
+	creates        atomic.Uint64
+	tries          atomic.Uint64
+	releases       atomic.Uint64
+	doubleReleases atomic.Uint64
+	overlap        atomic.Int32
+	createNanos    atomic.Int64
+	free           atomic.Bool // creations cost nothing (while a workload fills the cache)
+}
+
+// NewLedger returns a ledger for peers peers whose creations cost what cost
+// says and fail failures times per peer before they succeed.
+func NewLedger(peers int, cost Cost, failures int) *Ledger {
+	return &Ledger{
+		cost:        cost,
+		failures:    int32(failures),
+		inflight:    make([]atomic.Int32, peers),
+		attempts:    make([]atomic.Int32, peers),
+		made:        make([]atomic.Int32, peers),
+		invalidated: make([]atomic.Int32, peers),
+	}
+}
+
+// Create makes an endpoint for peer: it pays the cost model (cut short by
+// ctx), fails with ErrNotPublished for the peer's first failures attempts,
+// and otherwise returns a new endpoint.
+func (l *Ledger) Create(ctx context.Context, peer int) (*Endpoint, error) {
+	n := l.inflight[peer].Add(1)
+	defer l.inflight[peer].Add(-1)
+	for {
+		o := l.overlap.Load()
+		if n <= o || l.overlap.CompareAndSwap(o, n) {
+			break
+		}
+	}
+	l.tries.Add(1)
+	start := time.Now()
+	if !l.free.Load() {
+		if err := l.cost.Pay(ctx); err != nil {
+			return nil, err
+		}
+	}
+	l.createNanos.Add(int64(time.Since(start)))
+	if l.attempts[peer].Add(1) <= l.failures {
+		return nil, fmt.Errorf("peer %d: %w", peer, ErrNotPublished)
+	}
+	l.made[peer].Add(1)
+	l.creates.Add(1)
+	return &Endpoint{Peer: peer, Serial: l.serial.Add(1)}, nil
+}
+
+// Release records that ep was given up. A second release of one endpoint is
+// counted as a double release.
+func (l *Ledger) Release(ep *Endpoint) {
+	if ep.released.Add(1) > 1 {
+		l.doubleReleases.Add(1)
+		return
+	}
+	l.releases.Add(1)
+}
+
+// SetFree makes creations cost nothing while free is true: a workload fills
+// its cache that way, then measures with the real cost.
+func (l *Ledger) SetFree(free bool) { l.free.Store(free) }
+
+// Invalidated records that the endpoint of peer was dropped on purpose (a
+// Report or Invalidate that returned true), which entitles the peer to one
+// more creation that is not a duplicate.
+func (l *Ledger) Invalidated(peer int) { l.invalidated[peer].Add(1) }
+
+// Counts is a snapshot of a ledger.
+type Counts struct {
+	Creates        uint64        // endpoints created
+	Attempts       uint64        // creation attempts, failed ones included
+	Distinct       uint64        // peers that got at least one endpoint
+	Duplicates     uint64        // endpoints beyond one per peer and one per invalidation of it
+	Releases       uint64        // endpoints released (once)
+	DoubleReleases uint64        // releases of an already released endpoint
+	Overlap        int           // most creations of one peer in flight at once
+	MeanCreate     time.Duration // measured mean cost of an attempt
+}
+
+// Counts returns the ledger's counters.
+func (l *Ledger) Counts() Counts {
+	c := Counts{
+		Creates:        l.creates.Load(),
+		Attempts:       l.tries.Load(),
+		Releases:       l.releases.Load(),
+		DoubleReleases: l.doubleReleases.Load(),
+		Overlap:        int(l.overlap.Load()),
+	}
+	for i := range l.made {
+		made := l.made[i].Load()
+		if made > 0 {
+			c.Distinct++
+		}
+		if extra := made - 1 - l.invalidated[i].Load(); extra > 0 {
+			c.Duplicates += uint64(extra)
+		}
+	}
+	if c.Attempts > 0 {
+		c.MeanCreate = time.Duration(l.createNanos.Load() / int64(c.Attempts))
+	}
+	return c
+}

@@ -1,0 +1,280 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/epcache/epcache/epcache"
+)
+
+// Workloads lists the workloads Run knows, in the order tables show them.
+var Workloads = []string{"hit", "storm", "churn", "flaky", "mixed"}
+
+// Spec is one run: one workload, one comparator, one configuration.
+type Spec struct {
+	Workload   string        `json:"workload"`
+	Impl       string        `json:"impl"`
+	Keys       string        `json:"keys"`            // uint64 or string
+	Dist       string        `json:"dist,omitempty"`  // uniform or zipf: hit, churn, mixed
+	Peers      int           `json:"peers"`           // P
+	Goroutines int           `json:"goroutines"`      // G
+	Procs      int           `json:"procs"`           // GOMAXPROCS during the run; 0 leaves it
+	Duration   time.Duration `json:"duration_ns"`     // hit, churn, mixed: how long to measure
+	Cost       string        `json:"cost"`            // creation cost model, see ParseCost
+	Churn      float64       `json:"churn,omitempty"` // churn: fraction of operations that report failure
+	Failures   int           `json:"failures,omitempty"`
+	Reads      float64       `json:"reads,omitempty"` // mixed: fraction of Gets
+	Seed       uint64        `json:"seed"`
+}
+
+// Result is what a run measured.
+type Result struct {
+	Spec
+	Ops         uint64        `json:"ops"`           // Gets (and Invalidates, in mixed)
+	Elapsed     time.Duration `json:"elapsed_ns"`    // the measured phase
+	OpsPerSec   float64       `json:"ops_per_sec"`   // Ops / Elapsed
+	NsPerOp     float64       `json:"ns_per_op"`     // steady workloads: Elapsed / Ops; storm, flaky: the completion time
+	Completion  time.Duration `json:"completion_ns"` // storm, flaky: until every goroutine had every peer
+	P50         time.Duration `json:"p50_ns"`
+	P99         time.Duration `json:"p99_ns"`
+	P999        time.Duration `json:"p999_ns"`
+	Max         time.Duration `json:"max_ns"`
+	Sampling    int           `json:"latency_sampling"` // one Get in Sampling was timed
+	CDF         []Quantile    `json:"latency_cdf,omitempty"`
+	AllocsPerOp float64       `json:"allocs_per_op"`
+	// BytesPerEntry is the heap the cache grew by while it was filled, less
+	// the endpoints themselves, per peer (hit only).
+	BytesPerEntry  float64       `json:"bytes_per_entry,omitempty"`
+	Creates        uint64        `json:"creates"`
+	Attempts       uint64        `json:"attempts"`
+	Distinct       uint64        `json:"distinct"`
+	Invalidations  uint64        `json:"invalidations"`
+	Duplicates     uint64        `json:"duplicates"` // per peer: creations beyond the first and one per invalidation
+	Releases       uint64        `json:"releases"`
+	Leaked         int64         `json:"leaked"` // Creates - Releases, after Close
+	DoubleReleases uint64        `json:"double_releases"`
+	Overlap        int           `json:"overlap"` // most creations of one peer in flight at once
+	Errors         uint64        `json:"errors"`  // Gets that failed or returned another peer's endpoint
+	MeanCreate     time.Duration `json:"mean_create_ns"`
+	// Failure says why the run is a failure: a leak, a double release, a
+	// wrong answer, or a broken exactly-once promise. Empty when it is not.
+	Failure string `json:"failure,omitempty"`
+}
+
+// Quantile is one point of a latency distribution.
+type Quantile struct {
+	Percentile float64       `json:"percentile"`
+	Latency    time.Duration `json:"latency_ns"`
+}
+
+// Name is the run's benchmark name, split by benchstat into its keys:
+// "Storm/impl=epcache/keys=uint64/peers=1024/goroutines=64".
+func (s Spec) Name() string {
+	var b strings.Builder
+	b.WriteString(strings.ToUpper(s.Workload[:1]) + s.Workload[1:])
+	add := func(k, v string) { b.WriteString("/" + k + "=" + v) }
+	add("impl", s.Impl)
+	add("keys", s.Keys)
+	if s.Workload != "storm" && s.Workload != "flaky" {
+		add("dist", s.Dist)
+	}
+	add("peers", strconv.Itoa(s.Peers))
+	add("goroutines", strconv.Itoa(s.Goroutines))
+	switch s.Workload {
+	case "storm", "flaky":
+		add("cost", s.Cost)
+	}
+	switch s.Workload {
+	case "churn":
+		add("churn", strconv.FormatFloat(s.Churn*100, 'g', -1, 64)+"%")
+	case "flaky":
+		add("failures", strconv.Itoa(s.Failures))
+	case "mixed":
+		add("reads", strconv.FormatFloat(s.Reads*100, 'g', -1, 64)+"%")
+	}
+	return b.String()
+}
+
+// Validate reports the first thing wrong with s.
+func (s Spec) Validate() error {
+	switch {
+	case !slices.Contains(Workloads, s.Workload):
+		return fmt.Errorf("bench: unknown workload %q; want one of %s", s.Workload, strings.Join(Workloads, ", "))
+	case s.Keys != "uint64" && s.Keys != "string":
+		return fmt.Errorf("bench: keys %q; want uint64 or string", s.Keys)
+	case s.Dist != "uniform" && s.Dist != "zipf":
+		return fmt.Errorf("bench: dist %q; want uniform or zipf", s.Dist)
+	case s.Peers < 1 || s.Peers > 1<<30:
+		return fmt.Errorf("bench: peers %d; want 1 to 2^30", s.Peers)
+	case s.Goroutines < 1 || s.Goroutines > 1<<16:
+		return fmt.Errorf("bench: goroutines %d; want 1 to 65536", s.Goroutines)
+	case s.Procs < 0:
+		return fmt.Errorf("bench: procs %d; want 0 (leave GOMAXPROCS) or more", s.Procs)
+	case s.Duration <= 0 && (s.Workload == "hit" || s.Workload == "churn" || s.Workload == "mixed"):
+		return fmt.Errorf("bench: duration %v; want a positive duration for %s", s.Duration, s.Workload)
+	case s.Churn < 0 || s.Churn > 1:
+		return fmt.Errorf("bench: churn %v; want a fraction from 0 to 1", s.Churn)
+	case s.Reads < 0 || s.Reads > 1:
+		return fmt.Errorf("bench: reads %v; want a fraction from 0 to 1", s.Reads)
+	case s.Failures < 0:
+		return fmt.Errorf("bench: failures %d; want 0 or more", s.Failures)
+	}
+	if _, err := ParseCost(s.Cost); err != nil {
+		return err
+	}
+	_, err := ImplNamed(s.Impl)
+	return err
+}
+
+// Run runs s and returns what it measured. A comparator that cannot serve the
+// keys gives ErrUnsupported; a run that leaks or breaks a promise is not an
+// error but a Result with Failure set.
+func Run(ctx context.Context, s Spec) (Result, error) {
+	if err := s.Validate(); err != nil {
+		return Result{}, err
+	}
+	if s.Procs > 0 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(s.Procs))
+	}
+	switch s.Keys {
+	case "string":
+		return run(ctx, s, stringKeys(s.Peers), false)
+	default:
+		return run(ctx, s, uint64Keys(s.Peers), true)
+	}
+}
+
+// flakyRetry is the retry policy of the flaky workload, for every comparator:
+// inside epcache's one creation, in the caller for the others.
+var flakyRetry = epcache.Backoff(100*time.Microsecond, 5*time.Millisecond, 0,
+	func(err error) bool { return errors.Is(err, ErrNotPublished) })
+
+func run[K comparable](ctx context.Context, s Spec, ks keySet[K], dense bool) (Result, error) {
+	cost, _ := ParseCost(s.Cost)
+	failures := 0
+	if s.Workload == "flaky" {
+		failures = s.Failures
+	}
+	l := NewLedger(s.Peers, cost, failures)
+	env := Env[K]{
+		Create:  func(ctx context.Context, k K) (*Endpoint, error) { return l.Create(ctx, ks.peer(k)) },
+		Release: func(_ K, ep *Endpoint) { l.Release(ep) },
+		Peers:   s.Peers,
+	}
+	if dense {
+		env.Index = ks.peer
+	}
+	if s.Workload == "flaky" {
+		env.Retry = flakyRetry
+	}
+	var heapBefore uint64
+	if s.Workload == "hit" {
+		heapBefore = heapInUse()
+	}
+	c, err := New(s.Impl, env)
+	if err != nil {
+		return Result{}, err
+	}
+	im, _ := ImplNamed(s.Impl)
+	r := Result{Spec: s}
+	var ph phase
+	switch s.Workload {
+	case "storm", "flaky":
+		ph = storm(ctx, s, c, ks, !im.Retries)
+	default:
+		fill(ctx, c, ks, s.Goroutines, l)
+		if s.Workload == "hit" {
+			grown := float64(heapInUse()) - float64(heapBefore)
+			r.BytesPerEntry = (grown - float64(l.Counts().Creates)*float64(unsafe.Sizeof(Endpoint{}))) / float64(s.Peers)
+		}
+		ph = steady(ctx, s, c, ks, l)
+	}
+	closeErr := c.Close()
+	ph.fill(&r)
+	counts := l.Counts()
+	r.Creates, r.Attempts, r.Distinct, r.Releases = counts.Creates, counts.Attempts, counts.Distinct, counts.Releases
+	r.DoubleReleases, r.Overlap, r.MeanCreate = counts.DoubleReleases, counts.Overlap, counts.MeanCreate
+	r.Duplicates = counts.Duplicates
+	r.Leaked = int64(r.Creates) - int64(r.Releases)
+	r.Failure = failure(r, im, closeErr)
+	return r, nil
+}
+
+func failure(r Result, im Impl, closeErr error) string {
+	var why []string
+	if r.Leaked != 0 {
+		why = append(why, fmt.Sprintf("leaked %d endpoints", r.Leaked))
+	}
+	if r.DoubleReleases != 0 {
+		why = append(why, fmt.Sprintf("released %d endpoints twice", r.DoubleReleases))
+	}
+	if r.Errors != 0 {
+		why = append(why, fmt.Sprintf("%d Gets failed or returned another peer's endpoint", r.Errors))
+	}
+	if im.ExactlyOnce && (r.Overlap > 1 || r.Duplicates > 0) {
+		why = append(why, fmt.Sprintf("exactly-once broken: overlap %d, duplicates %d", r.Overlap, r.Duplicates))
+	}
+	if closeErr != nil {
+		why = append(why, "Close: "+closeErr.Error())
+	}
+	return strings.Join(why, "; ")
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC() // the second cycle frees what the first one's finalizers left
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+func mallocs() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.Mallocs
+}
+
+// phase is what the measured part of a workload reports.
+type phase struct {
+	ops, errors, invalidations uint64
+	elapsed, completion        time.Duration
+	allocs                     uint64
+	hist                       *hdrhistogram.Histogram
+	sampling                   int
+}
+
+func (ph phase) fill(r *Result) {
+	r.Ops, r.Errors, r.Invalidations = ph.ops, ph.errors, ph.invalidations
+	r.Elapsed, r.Completion, r.Sampling = ph.elapsed, ph.completion, ph.sampling
+	if ph.elapsed > 0 {
+		r.OpsPerSec = float64(ph.ops) / ph.elapsed.Seconds()
+	}
+	switch {
+	case ph.completion > 0:
+		r.NsPerOp = float64(ph.completion)
+	case ph.ops > 0:
+		r.NsPerOp = float64(ph.elapsed) / float64(ph.ops)
+	}
+	if ph.ops > 0 {
+		r.AllocsPerOp = float64(ph.allocs) / float64(ph.ops)
+	}
+	h := ph.hist
+	r.P50 = time.Duration(h.ValueAtQuantile(50))
+	r.P99 = time.Duration(h.ValueAtQuantile(99))
+	r.P999 = time.Duration(h.ValueAtQuantile(99.9))
+	r.Max = time.Duration(h.Max())
+	for _, p := range []float64{0, 10, 25, 50, 75, 90, 95, 97.5, 99, 99.5, 99.75, 99.9, 99.95, 99.99, 100} {
+		r.CDF = append(r.CDF, Quantile{p, time.Duration(h.ValueAtQuantile(p))})
+	}
+}
+
+// newHist tracks latencies from 1 ns to 100 s with three significant digits.
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, int64(100*time.Second), 3) }

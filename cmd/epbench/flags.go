@@ -1,0 +1,177 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/epcache/epcache/bench"
+)
+
+// listFlag is a comma-separated flag of T; set records whether it was given.
+type listFlag[T any] struct {
+	vals  []T
+	set   bool
+	parse func(string) (T, error)
+}
+
+func (l *listFlag[T]) String() string {
+	parts := make([]string, len(l.vals))
+	for i, v := range l.vals {
+		parts[i] = fmt.Sprint(v)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *listFlag[T]) Set(s string) error {
+	var vals []T
+	for part := range strings.SplitSeq(s, ",") {
+		v, err := l.parse(strings.TrimSpace(part))
+		if err != nil {
+			return err
+		}
+		vals = append(vals, v)
+	}
+	l.vals, l.set = vals, true
+	return nil
+}
+
+func oneOf(flagName string, allowed ...string) func(string) (string, error) {
+	return func(s string) (string, error) {
+		if !slices.Contains(allowed, s) {
+			return "", fmt.Errorf("%s %q: want one of %s", flagName, s, strings.Join(allowed, ", "))
+		}
+		return s, nil
+	}
+}
+
+func positiveInt(flagName string) func(string) (int, error) {
+	return func(s string) (int, error) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return 0, fmt.Errorf("%s %q: want a positive integer", flagName, s)
+		}
+		return n, nil
+	}
+}
+
+func fraction(flagName string) func(string) (float64, error) {
+	return func(s string) (float64, error) {
+		pct := strings.HasSuffix(s, "%")
+		f, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
+		if pct {
+			f /= 100
+		}
+		if err != nil || f < 0 || f > 1 {
+			return 0, fmt.Errorf("%s %q: want a fraction from 0 to 1 (or a percentage)", flagName, s)
+		}
+		return f, nil
+	}
+}
+
+const usageHead = `epbench runs endpoint-cache workloads against epcache and its comparators.
+
+Usage:
+  epbench [flags]
+
+With no flags, the default suite runs (about a minute on two cores) and a
+table is printed. Flags that name workloads, implementations or sizes build a
+custom suite instead: every combination of the lists given runs once per
+-count. Lists are comma-separated.
+
+Workloads:
+  hit     every peer ready, 100% Get (uint64 or string keys, uniform or zipf)
+  storm   G goroutines released together, each Gets all P peers in rotated order
+  churn   mostly hits; -churn of the operations report the endpoint as failed
+  flaky   a storm whose creations fail -failures times per peer first
+  mixed   -reads of the operations are Gets, the rest Invalidates
+
+Suites (-suite):
+  default  hit, storm, churn, flaky and mixed at 1,024 peers (about a minute)
+  quick    the default suite with shorter runs (about 15 s)
+  full     adds zipf access, 1,000,000 peers and a heavy-tailed creation
+           cost (lognormal:500us:1.5) to the default suite (several minutes)
+  ci       the short suite CI compares with a baseline (under a minute)
+
+Flags:
+`
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	o := options{}
+	fs := flag.NewFlagSet("epbench", flag.ContinueOnError)
+	// The flag package prints the usage on every error; only -h gets it here,
+	// a bad flag gets its error and a hint (see main).
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	impls := &listFlag[string]{vals: bench.ImplNames(), parse: oneOf("-impl", bench.ImplNames()...)}
+	workloads := &listFlag[string]{vals: bench.Workloads, parse: oneOf("-workload", bench.Workloads...)}
+	keys := &listFlag[string]{vals: []string{"uint64", "string"}, parse: oneOf("-keys", "uint64", "string")}
+	dists := &listFlag[string]{vals: []string{"uniform"}, parse: oneOf("-dist", "uniform", "zipf")}
+	peers := &listFlag[int]{vals: []int{1024}, parse: positiveInt("-peers")}
+	goroutines := &listFlag[int]{parse: positiveInt("-goroutines")}
+	procs := &listFlag[int]{vals: defaultProcs(), parse: positiveInt("-procs")}
+	reads := &listFlag[float64]{vals: []float64{1, 0.99, 0.9}, parse: fraction("-reads")}
+	fs.StringVar(&o.suite, "suite", "default", "the suite to run when no workload or size flag is given: default, quick, full or ci")
+	fs.Var(impls, "impl", "implementations to run: "+strings.Join(bench.ImplNames(), ", "))
+	fs.Var(workloads, "workload", "workloads to run: "+strings.Join(bench.Workloads, ", "))
+	fs.Var(keys, "keys", "key types: uint64, string (array runs only with uint64)")
+	fs.Var(dists, "dist", "access distributions for hit, churn and mixed: uniform, zipf")
+	fs.Var(peers, "peers", "numbers of peers P")
+	fs.Var(goroutines, "goroutines", "numbers of goroutines G (default: GOMAXPROCS for hit, churn and mixed; 64 for storm and flaky)")
+	fs.Var(procs, "procs", "GOMAXPROCS values to run under, such as 1,2,4,8,16 for a scaling sweep")
+	fs.Var(reads, "reads", "mixed: read ratios, as fractions or percentages")
+	fs.DurationVar(&o.duration, "duration", time.Second, "how long each hit, churn and mixed run measures")
+	fs.StringVar(&o.cost, "cost", "sleep:1ms", "creation cost model: none, sleep:D, spin:D or lognormal:MEDIAN:SIGMA (storm, churn, flaky, mixed)")
+	fs.Float64Var(&o.churn, "churn", 0.01, "churn: fraction of operations that report their endpoint as failed")
+	fs.IntVar(&o.failures, "failures", 3, "flaky: failed creation attempts per peer before the first success")
+	fs.IntVar(&o.count, "count", 1, "run every spec this many times (use 10 or more for benchstat)")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the access sequences and random choices")
+	fs.StringVar(&o.out, "out", "", "directory to write results.json, results.csv, results.txt (Go benchmark format) and charts (SVG and PNG) into")
+	fs.StringVar(&o.format, "format", "table", "output on stdout: table, json, csv or bench (Go benchmark format, for benchstat)")
+	fs.StringVar(&o.compare, "compare", "", "baseline results.json to compare with: ratios measured in this run against the baseline's; fails past -margin")
+	fs.Float64Var(&o.margin, "margin", 2, "with -compare: how many times worse than the baseline a ratio may be")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stderr, usageHead)
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return o, err
+		}
+		return o, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return o, usageError{fmt.Errorf("unexpected argument %q: epbench takes flags only", fs.Arg(0))}
+	}
+	if !slices.Contains([]string{"table", "json", "csv", "bench"}, o.format) {
+		return o, usageError{fmt.Errorf("-format %q: want table, json, csv or bench", o.format)}
+	}
+	if !slices.Contains([]string{"default", "quick", "full", "ci"}, o.suite) {
+		return o, usageError{fmt.Errorf("-suite %q: want default, quick, full or ci", o.suite)}
+	}
+	if _, err := bench.ParseCost(o.cost); err != nil {
+		return o, usageError{err}
+	}
+	switch {
+	case o.count < 1:
+		return o, usageError{fmt.Errorf("-count %d: want at least 1", o.count)}
+	case o.duration <= 0:
+		return o, usageError{fmt.Errorf("-duration %v: want a positive duration", o.duration)}
+	case o.churn < 0 || o.churn > 1:
+		return o, usageError{fmt.Errorf("-churn %v: want a fraction from 0 to 1", o.churn)}
+	case o.failures < 0:
+		return o, usageError{fmt.Errorf("-failures %d: want 0 or more", o.failures)}
+	case o.margin < 1:
+		return o, usageError{fmt.Errorf("-margin %v: want at least 1", o.margin)}
+	}
+	o.impls, o.workloads, o.keys, o.dists = impls.vals, workloads.vals, keys.vals, dists.vals
+	o.peers, o.goroutines, o.procs, o.reads = peers.vals, goroutines.vals, procs.vals, reads.vals
+	if workloads.set || keys.set || dists.set || peers.set || goroutines.set || reads.set {
+		o.suite = "" // a custom suite
+	}
+	return o, nil
+}

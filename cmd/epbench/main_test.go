@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/epcache/epcache/bench"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestBadFlagsAreUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"-impl", "redis"},
+		{"-workload", "nap"},
+		{"-keys", "float"},
+		{"-peers", "0"},
+		{"-goroutines", "x"},
+		{"-procs", "-1"},
+		{"-reads", "120%"},
+		{"-duration", "0s"},
+		{"-cost", "sleep:soon"},
+		{"-format", "yaml"},
+		{"-suite", "huge"},
+		{"-count", "0"},
+		{"-churn", "2"},
+		{"-margin", "0.5"},
+		{"-nosuchflag"},
+		{"stray"},
+	} {
+		var stderr bytes.Buffer
+		err := run(context.Background(), args, &bytes.Buffer{}, &stderr)
+		var ue usageError
+		assert.True(t, errors.As(err, &ue), "%v: %v is not a usage error", args, err)
+	}
+}
+
+// The binary itself exits 2 on a bad flag and says why.
+func TestExitStatus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the command")
+	}
+	bin := filepath.Join(t.TempDir(), "epbench")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	cmd := exec.Command(bin, "-impl", "redis")
+	stderr, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, 2, ee.ExitCode())
+	assert.Contains(t, string(stderr), `-impl "redis": want one of epcache,`)
+	assert.NotContains(t, string(stderr), "Workloads:", "a bad flag gets its error, not the whole usage")
+
+	help, err := exec.Command(bin, "-h").CombinedOutput()
+	require.NoError(t, err, "-h exits 0")
+	for _, f := range []string{"-impl", "-workload", "-peers", "-goroutines", "-procs", "-duration", "-cost", "-seed", "-out", "-format", "-compare"} {
+		assert.Contains(t, string(help), "  "+f+" ", "-h documents %s", f)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	var stderr bytes.Buffer
+	err := run(context.Background(), []string{"-h"}, &bytes.Buffer{}, &stderr)
+	assert.ErrorIs(t, err, flag.ErrHelp)
+	assert.Contains(t, stderr.String(), "Workloads:")
+}
+
+func TestSuitesExpand(t *testing.T) {
+	for _, suite := range []string{"default", "quick", "full", "ci"} {
+		o, err := parseFlags([]string{"-suite", suite}, &bytes.Buffer{})
+		require.NoError(t, err)
+		specs, err := o.specs()
+		require.NoError(t, err, suite)
+		seen := map[string]bool{}
+		for _, s := range specs {
+			seen[s.Workload] = true
+			assert.NoError(t, s.Validate())
+		}
+		if suite != "ci" {
+			for _, w := range bench.Workloads {
+				assert.True(t, seen[w], "suite %s runs %s", suite, w)
+			}
+		}
+	}
+	o, err := parseFlags([]string{"-workload", "storm", "-impl", "epcache,mutex", "-peers", "64,128", "-procs", "1,2"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	specs, err := o.specs()
+	require.NoError(t, err)
+	assert.Len(t, specs, 2*2*2*2, "workload × keys × peers × procs × impls")
+	for _, s := range specs {
+		assert.Equal(t, 64, s.Goroutines, "storms default to 64 goroutines")
+	}
+	o, err = parseFlags([]string{"-workload", "hit", "-keys", "string", "-impl", "array"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	specs, err = o.specs()
+	require.NoError(t, err, "array with string keys is skipped at run time, not refused")
+	assert.Len(t, specs, 1)
+}
+
+// A small custom run end to end: every output format, and the files -out
+// writes.
+func TestRunWritesEveryFormat(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"-workload", "hit,storm", "-impl", "epcache,syncmap,array", "-keys", "uint64,string",
+		"-peers", "64", "-duration", "20ms", "-cost", "sleep:100us", "-out", dir}
+	var stdout, stderr bytes.Buffer
+	require.NoError(t, run(context.Background(), append(args, "-format", "json"), &stdout, &stderr), stderr.String())
+	var results []bench.Result
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &results))
+	assert.Len(t, results, 2*3*2-2, "array skips string keys")
+	for _, r := range results {
+		assert.Empty(t, r.Failure)
+	}
+	for _, name := range []string{"results.json", "results.csv", "results.txt", "results.table",
+		"throughput.svg", "throughput.png", "storm.svg", "storm.png", "latency.svg", "latency.png"} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if assert.NoError(t, err, name) {
+			assert.Positive(t, fi.Size(), name)
+		}
+	}
+	rows, err := csv.NewReader(mustOpen(t, filepath.Join(dir, "results.csv"))).ReadAll()
+	require.NoError(t, err)
+	assert.Len(t, rows, len(results)+1)
+	assert.Equal(t, csvHeader, rows[0])
+	txt, err := os.ReadFile(filepath.Join(dir, "results.txt"))
+	require.NoError(t, err)
+	assert.Contains(t, string(txt), "BenchmarkStorm/impl=epcache/keys=uint64/peers=64/goroutines=64/cost=sleep:100us-")
+	assert.Contains(t, string(txt), " ns/op")
+	table, err := os.ReadFile(filepath.Join(dir, "results.table"))
+	require.NoError(t, err)
+	assert.Contains(t, string(table), "×epcache")
+}
+
+func mustOpen(t *testing.T, path string) *os.File {
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+func result(workload, impl string, ns float64) bench.Result {
+	return bench.Result{Spec: bench.Spec{Workload: workload, Impl: impl, Keys: "uint64", Dist: "uniform", Peers: 1024, Goroutines: 64, Procs: 2, Cost: "sleep:1ms"}, NsPerOp: ns}
+}
+
+func TestCompare(t *testing.T) {
+	base := []bench.Result{result("hit", "epcache", 3), result("hit", "syncmap", 6), result("storm", "epcache", 20e6), result("storm", "mutex", 1.2e9)}
+	path := filepath.Join(t.TempDir(), "baseline.json")
+	data, err := json.Marshal(base)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+
+	var out bytes.Buffer
+	same := []bench.Result{result("hit", "epcache", 30), result("hit", "syncmap", 55), result("storm", "epcache", 25e6), result("storm", "mutex", 1.1e9)}
+	require.NoError(t, compare(&out, path, same, 2), "a slower machine keeps the ratios")
+	assert.Contains(t, out.String(), "epcache÷syncmap")
+	assert.Contains(t, out.String(), "0.500")
+
+	worse := []bench.Result{result("hit", "epcache", 12), result("hit", "syncmap", 6), result("storm", "epcache", 20e6), result("storm", "mutex", 1.2e9)}
+	err = compare(&bytes.Buffer{}, path, worse, 2)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "epcache÷syncmap")
+	assert.NotContains(t, err.Error(), "epcache÷mutex", "the storm ratio did not move")
+
+	err = compare(&bytes.Buffer{}, path, []bench.Result{result("churn", "epcache", 1)}, 2)
+	assert.ErrorContains(t, err, "no run of epcache and a reference comparator is in both")
+	assert.ErrorContains(t, compare(&bytes.Buffer{}, filepath.Join(t.TempDir(), "none.json"), same, 2), "no such file")
+}
+
+func TestTableFormatting(t *testing.T) {
+	r := result("storm", "epcache", 0)
+	r.Completion = 12 * time.Millisecond
+	r.Failure = "leaked 3 endpoints"
+	var out bytes.Buffer
+	require.NoError(t, writeTable(&out, []bench.Result{r}))
+	assert.Contains(t, out.String(), "12.0ms")
+	assert.True(t, strings.Contains(out.String(), "FAIL: leaked 3 endpoints"))
+}
