@@ -30,8 +30,11 @@ func TestEveryComparatorIsCorrect(t *testing.T) {
 			for _, keys := range []string{"uint64", "string"} {
 				t.Run(w+"/"+im.Name+"/"+keys, func(t *testing.T) {
 					s := spec(w, im.Name, keys)
-					if w == "storm" || w == "flaky" {
+					switch w {
+					case "storm", "flaky":
 						s.Cost = "sleep:100us"
+					case "tcpstorm":
+						s.Peers, s.Goroutines = 16, 4
 					}
 					r, err := bench.Run(context.Background(), s)
 					if im.Dense && keys == "string" {
@@ -46,6 +49,15 @@ func TestEveryComparatorIsCorrect(t *testing.T) {
 					if w == "storm" || w == "flaky" {
 						assert.Equal(t, uint64(s.Peers), r.Distinct, "every peer was created")
 						assert.Positive(t, r.Completion)
+					}
+					if w == "tcpstorm" {
+						assert.EqualValues(t, s.Peers*(s.Peers-1), r.Distinct, "every pair connected")
+						if r.FDsBefore >= 0 {
+							assert.Equal(t, r.FDsBefore, r.FDsAfter, "every connection closed")
+						}
+						if im.ExactlyOnce {
+							assert.EqualValues(t, s.Peers*(s.Peers-1), r.Creates, "one connection per pair and direction")
+						}
 					}
 					if im.ExactlyOnce && (w == "storm" || w == "flaky" || w == "hit") {
 						assert.EqualValues(t, s.Peers, r.Creates, "exactly once")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync/atomic"
 	"time"
 )
@@ -13,6 +14,7 @@ import (
 type Endpoint struct {
 	Peer     int    // the peer's number, 0 ≤ Peer < peers
 	Serial   uint64 // the ledger's creation number, from 1
+	res      io.Closer
 	released atomic.Int32
 }
 
@@ -37,6 +39,7 @@ type Ledger struct {
 	tries          atomic.Uint64
 	releases       atomic.Uint64
 	doubleReleases atomic.Uint64
+	closeErrors    atomic.Uint64
 	overlap        atomic.Int32
 	createNanos    atomic.Int64
 	free           atomic.Bool // creations cost nothing (while a workload fills the cache)
@@ -59,6 +62,25 @@ func NewLedger(peers int, cost Cost, failures int) *Ledger {
 // ctx), fails with ErrNotPublished for the peer's first failures attempts,
 // and otherwise returns a new endpoint.
 func (l *Ledger) Create(ctx context.Context, peer int) (*Endpoint, error) {
+	return l.make(ctx, peer, func(ctx context.Context) (io.Closer, error) {
+		if !l.free.Load() {
+			if err := l.cost.Pay(ctx); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	})
+}
+
+// Make is Create for endpoints that are real resources: open makes one (a
+// connection, a UCX endpoint), whose cost is the cost, and Release closes
+// it. The cost model does not apply; failures do (the resource is then
+// closed at once).
+func (l *Ledger) Make(ctx context.Context, peer int, open func(context.Context) (io.Closer, error)) (*Endpoint, error) {
+	return l.make(ctx, peer, open)
+}
+
+func (l *Ledger) make(ctx context.Context, peer int, open func(context.Context) (io.Closer, error)) (*Endpoint, error) {
 	n := l.inflight[peer].Add(1)
 	defer l.inflight[peer].Add(-1)
 	for {
@@ -69,18 +91,21 @@ func (l *Ledger) Create(ctx context.Context, peer int) (*Endpoint, error) {
 	}
 	l.tries.Add(1)
 	start := time.Now()
-	if !l.free.Load() {
-		if err := l.cost.Pay(ctx); err != nil {
-			return nil, err
-		}
-	}
+	res, err := open(ctx)
 	l.createNanos.Add(int64(time.Since(start)))
+	if err != nil {
+		return nil, err
+	}
+	// A failing attempt pays its cost first, as a lookup that finds nothing does.
 	if l.attempts[peer].Add(1) <= l.failures {
+		if res != nil {
+			res.Close()
+		}
 		return nil, fmt.Errorf("peer %d: %w", peer, ErrNotPublished)
 	}
 	l.made[peer].Add(1)
 	l.creates.Add(1)
-	return &Endpoint{Peer: peer, Serial: l.serial.Add(1)}, nil
+	return &Endpoint{Peer: peer, Serial: l.serial.Add(1), res: res}, nil
 }
 
 // Release records that ep was given up. A second release of one endpoint is
@@ -89,6 +114,11 @@ func (l *Ledger) Release(ep *Endpoint) {
 	if ep.released.Add(1) > 1 {
 		l.doubleReleases.Add(1)
 		return
+	}
+	if ep.res != nil {
+		if err := ep.res.Close(); err != nil {
+			l.closeErrors.Add(1)
+		}
 	}
 	l.releases.Add(1)
 }
@@ -110,6 +140,7 @@ type Counts struct {
 	Duplicates     uint64        // endpoints beyond one per peer and one per invalidation of it
 	Releases       uint64        // endpoints released (once)
 	DoubleReleases uint64        // releases of an already released endpoint
+	CloseErrors    uint64        // releases whose resource failed to close
 	Overlap        int           // most creations of one peer in flight at once
 	MeanCreate     time.Duration // measured mean cost of an attempt
 }
@@ -121,6 +152,7 @@ func (l *Ledger) Counts() Counts {
 		Attempts:       l.tries.Load(),
 		Releases:       l.releases.Load(),
 		DoubleReleases: l.doubleReleases.Load(),
+		CloseErrors:    l.closeErrors.Load(),
 		Overlap:        int(l.overlap.Load()),
 	}
 	for i := range l.made {

@@ -16,7 +16,7 @@ import (
 )
 
 // Workloads lists the workloads Run knows, in the order tables show them.
-var Workloads = []string{"hit", "storm", "churn", "flaky", "mixed"}
+var Workloads = []string{"hit", "storm", "churn", "flaky", "mixed", "tcpstorm"}
 
 // Spec is one run: one workload, one comparator, one configuration.
 type Spec struct {
@@ -64,6 +64,10 @@ type Result struct {
 	Overlap        int           `json:"overlap"` // most creations of one peer in flight at once
 	Errors         uint64        `json:"errors"`  // Gets that failed or returned another peer's endpoint
 	MeanCreate     time.Duration `json:"mean_create_ns"`
+	// FDsBefore and FDsAfter are the open file descriptors before a mesh
+	// workload (tcpstorm) started its peers and after it closed everything.
+	FDsBefore int `json:"fds_before,omitempty"`
+	FDsAfter  int `json:"fds_after,omitempty"`
 	// Failure says why the run is a failure: a leak, a double release, a
 	// wrong answer, or a broken exactly-once promise. Empty when it is not.
 	Failure string `json:"failure,omitempty"`
@@ -83,13 +87,12 @@ func (s Spec) Name() string {
 	add := func(k, v string) { b.WriteString("/" + k + "=" + v) }
 	add("impl", s.Impl)
 	add("keys", s.Keys)
-	if s.Workload != "storm" && s.Workload != "flaky" {
+	if !s.IsStorm() {
 		add("dist", s.Dist)
 	}
 	add("peers", strconv.Itoa(s.Peers))
 	add("goroutines", strconv.Itoa(s.Goroutines))
-	switch s.Workload {
-	case "storm", "flaky":
+	if s.Workload == "storm" || s.Workload == "flaky" {
 		add("cost", s.Cost)
 	}
 	switch s.Workload {
@@ -101,6 +104,13 @@ func (s Spec) Name() string {
 		add("reads", strconv.FormatFloat(s.Reads*100, 'g', -1, 64)+"%")
 	}
 	return b.String()
+}
+
+// IsStorm reports whether s is a storm (storm, flaky, or a mesh storm such as
+// tcpstorm): one operation is the whole storm, measured to completion.
+func (s Spec) IsStorm() bool {
+	_, isMesh := meshes[s.Workload]
+	return s.Workload == "storm" || s.Workload == "flaky" || isMesh
 }
 
 // Validate reports the first thing wrong with s.
@@ -179,12 +189,22 @@ func run[K comparable](ctx context.Context, s Spec, ks keySet[K], dense bool) (R
 	if s.Workload == "hit" {
 		heapBefore = heapInUse()
 	}
+	im, _ := ImplNamed(s.Impl)
+	r := Result{Spec: s}
+	if _, isMesh := meshes[s.Workload]; isMesh {
+		if im.Dense && !dense {
+			return Result{}, ErrUnsupported
+		}
+		ph, ml, err := meshStorm(ctx, s, ks, dense, &r)
+		if ml == nil {
+			return Result{}, err
+		}
+		return finish(r, ph, ml, im, err), nil
+	}
 	c, err := New(s.Impl, env)
 	if err != nil {
 		return Result{}, err
 	}
-	im, _ := ImplNamed(s.Impl)
-	r := Result{Spec: s}
 	var ph phase
 	switch s.Workload {
 	case "storm", "flaky":
@@ -197,7 +217,11 @@ func run[K comparable](ctx context.Context, s Spec, ks keySet[K], dense bool) (R
 		}
 		ph = steady(ctx, s, c, ks, l)
 	}
-	closeErr := c.Close()
+	return finish(r, ph, l, im, c.Close()), nil
+}
+
+// finish fills r from the measured phase and the ledger, and judges it.
+func finish(r Result, ph phase, l *Ledger, im Impl, closeErr error) Result {
 	ph.fill(&r)
 	counts := l.Counts()
 	r.Creates, r.Attempts, r.Distinct, r.Releases = counts.Creates, counts.Attempts, counts.Distinct, counts.Releases
@@ -205,7 +229,7 @@ func run[K comparable](ctx context.Context, s Spec, ks keySet[K], dense bool) (R
 	r.Duplicates = counts.Duplicates
 	r.Leaked = int64(r.Creates) - int64(r.Releases)
 	r.Failure = failure(r, im, closeErr)
-	return r, nil
+	return r
 }
 
 func failure(r Result, im Impl, closeErr error) string {
@@ -224,6 +248,9 @@ func failure(r Result, im Impl, closeErr error) string {
 	}
 	if closeErr != nil {
 		why = append(why, "Close: "+closeErr.Error())
+	}
+	if leak := fdLeak(r); leak != "" {
+		why = append(why, leak)
 	}
 	return strings.Join(why, "; ")
 }

@@ -90,9 +90,13 @@ Workloads:
   churn   mostly hits; -churn of the operations report the endpoint as failed
   flaky   a storm whose creations fail -failures times per peer first
   mixed   -reads of the operations are Gets, the rest Invalidates
+  tcpstorm  P peers on loopback TCP, each with its own cache and G goroutines,
+          all connecting to each other at once: connections opened,
+          duplicates, file descriptors before and after
 
 Suites (-suite):
-  default  hit, storm, churn, flaky and mixed at 1,024 peers (about a minute)
+  default  hit, storm, churn, flaky and mixed at 1,024 peers, tcpstorm at 32
+           (about a minute)
   quick    the default suite with shorter runs (about 15 s)
   full     adds zipf access, 1,000,000 peers and a heavy-tailed creation
            cost (lognormal:500us:1.5) to the default suite (several minutes)
@@ -122,7 +126,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Var(keys, "keys", "key types: uint64, string (array runs only with uint64)")
 	fs.Var(dists, "dist", "access distributions for hit, churn and mixed: uniform, zipf")
 	fs.Var(peers, "peers", "numbers of peers P")
-	fs.Var(goroutines, "goroutines", "numbers of goroutines G (default: GOMAXPROCS for hit, churn and mixed; 64 for storm and flaky)")
+	fs.Var(goroutines, "goroutines", "numbers of goroutines G (default: GOMAXPROCS for hit, churn and mixed; 64 for storm and flaky; 8 per peer for tcpstorm)")
 	fs.Var(procs, "procs", "GOMAXPROCS values to run under, such as 1,2,4,8,16 for a scaling sweep")
 	fs.Var(reads, "reads", "mixed: read ratios, as fractions or percentages")
 	fs.DurationVar(&o.duration, "duration", time.Second, "how long each hit, churn and mixed run measures")

@@ -64,7 +64,7 @@ func writeTable(w io.Writer, results []bench.Result) error {
 			Goroutines: s.Goroutines, Cost: s.Cost, Churn: s.Churn, Failures: s.Failures, Reads: s.Reads}.Name(), "/impl=*", "", 1)
 		fmt.Fprintf(w, "\n%s  GOMAXPROCS=%d  cost=%s\n", title, s.Procs, s.Cost)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		storm := s.Workload == "storm" || s.Workload == "flaky"
+		storm := s.IsStorm()
 		first := "ns/op"
 		if storm {
 			first = "complete"
@@ -92,6 +92,9 @@ func writeTable(w io.Writer, results []bench.Result) error {
 			status := " ok"
 			if r.Failure != "" {
 				status = " FAIL: " + r.Failure
+			}
+			if r.FDsBefore > 0 {
+				status += fmt.Sprintf(" (fds %d→%d)", r.FDsBefore, r.FDsAfter)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n",
 				r.Impl, si(r.OpsPerSec), main, ratio, dur(r.P50), dur(r.P99), dur(r.P999), dur(r.Max),

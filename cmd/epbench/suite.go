@@ -37,17 +37,21 @@ func (o options) specs() ([]bench.Spec, error) {
 			for _, k := range o.keys {
 				for _, p := range o.peers {
 					gs := o.goroutines
+					probe := bench.Spec{Workload: w}
 					if len(gs) == 0 {
-						gs = []int{0} // GOMAXPROCS, or 64 for the storms
-						if w == "storm" || w == "flaky" {
+						gs = []int{0} // GOMAXPROCS, or 64 for the storms, 8 per peer for a mesh
+						switch {
+						case w == "storm" || w == "flaky":
 							gs = []int{64}
+						case probe.IsStorm():
+							gs = []int{8}
 						}
 					}
 					dists, reads := o.dists, []float64{0}
-					switch w {
-					case "storm", "flaky":
+					switch {
+					case probe.IsStorm():
 						dists = []string{"uniform"}
-					case "mixed":
+					case w == "mixed":
 						reads = o.reads
 					}
 					for _, g := range gs {
@@ -101,6 +105,9 @@ func (o options) specs() ([]bench.Spec, error) {
 			s.Workload, s.Keys, s.Peers, s.Reads, s.Duration = "mixed", "uint64", 1024, r, d/2
 			add(s, all)
 		}
+		s = base
+		s.Workload, s.Keys, s.Peers, s.Goroutines = "tcpstorm", "uint64", 32, 8
+		add(s, all)
 	case "ci":
 		// What -compare checks (see compare.go), and every comparator once
 		// through a small storm and churn for the leak and exactly-once checks.
@@ -117,6 +124,9 @@ func (o options) specs() ([]bench.Spec, error) {
 		add(s, all)
 		s = base
 		s.Workload, s.Keys, s.Peers, s.Duration, s.Cost, s.Churn = "churn", "uint64", 128, 100*time.Millisecond, "none", 0.05
+		add(s, all)
+		s = base
+		s.Workload, s.Keys, s.Peers, s.Goroutines = "tcpstorm", "uint64", 16, 4
 		add(s, all)
 	}
 	if len(specs) == 0 {

@@ -161,7 +161,7 @@ func tables(results []bench.Result, workloads ...string) string {
 		if len(workloads) > 0 && !slices.Contains(workloads, any.Workload) {
 			continue
 		}
-		storm := any.Workload == "storm" || any.Workload == "flaky"
+		storm := any.IsStorm()
 		head := "ns/op"
 		if storm {
 			head = "until all ready"
