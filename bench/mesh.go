@@ -86,17 +86,7 @@ func meshStorm[K comparable](ctx context.Context, s Spec, ks keySet[K], dense bo
 			})
 		}
 	}
-	m0 := mallocs()
-	t0 := time.Now()
-	close(start)
-	wg.Wait()
-	ph := phase{completion: time.Since(t0), allocs: mallocs() - m0, hist: newHist(), sampling: 1}
-	ph.elapsed = ph.completion
-	ph.ops = uint64(P) * uint64(G) * uint64(P-1)
-	for _, p := range phases {
-		ph.errors += p.errors
-		ph.hist.Merge(p.hist)
-	}
+	ph := release(start, &wg, uint64(P)*uint64(G)*uint64(P-1), phases)
 	var closeErr error
 	for _, c := range caches {
 		if err := c.Close(); err != nil && closeErr == nil {

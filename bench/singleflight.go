@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 
 	"golang.org/x/sync/singleflight"
 )
@@ -14,13 +13,12 @@ import (
 // none can leave on its own context, and the first caller's context is the
 // creation's.
 type singleflightCache[K comparable] struct {
-	env Env[K]
-	g   singleflight.Group
-	m   sync.Map
+	syncMapStore[K]
+	g singleflight.Group
 }
 
 func newSingleflight[K comparable](env Env[K]) *singleflightCache[K] {
-	return &singleflightCache[K]{env: env}
+	return &singleflightCache[K]{syncMapStore: syncMapStore[K]{env: env}}
 }
 
 func flightKey[K comparable](key K) string {
@@ -46,32 +44,10 @@ func (c *singleflightCache[K]) Get(ctx context.Context, key K) (*Endpoint, error
 		if err != nil {
 			return nil, err
 		}
-		if v, loaded := c.m.LoadOrStore(key, ep); loaded {
-			c.env.Release(key, ep)
-			return v, nil
-		}
-		return ep, nil
+		return c.store(key, ep), nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return v.(*Endpoint), nil
 }
-
-func (c *singleflightCache[K]) Report(key K, ep *Endpoint) bool {
-	ok := c.m.CompareAndDelete(key, ep)
-	if ok {
-		c.env.Release(key, ep)
-	}
-	return ok
-}
-
-func (c *singleflightCache[K]) Invalidate(key K) bool {
-	v, ok := c.m.LoadAndDelete(key)
-	if ok {
-		c.env.Release(key, v.(*Endpoint))
-	}
-	return ok
-}
-
-func (c *singleflightCache[K]) Close() error { return releaseSyncMap(&c.m, c.env.Release) }

@@ -39,16 +39,22 @@ func storm[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K], 
 			hists[g] = ph
 		})
 	}
+	return release(start, &wg, uint64(s.Goroutines)*uint64(s.Peers), hists)
+}
+
+// release starts a storm whose goroutines wait on start, waits for them, and
+// sums what each recorded in its part: one operation, ops Gets, measured to
+// completion.
+func release(start chan struct{}, wg *sync.WaitGroup, ops uint64, parts []phase) phase {
 	m0 := mallocs()
 	t0 := time.Now()
 	close(start)
 	wg.Wait()
-	ph := phase{completion: time.Since(t0), allocs: mallocs() - m0, hist: newHist(), sampling: 1}
+	ph := phase{completion: time.Since(t0), allocs: mallocs() - m0, hist: newHist(), sampling: 1, ops: ops}
 	ph.elapsed = ph.completion
-	ph.ops = uint64(s.Goroutines) * uint64(s.Peers)
-	for _, h := range hists {
-		ph.errors += h.errors
-		ph.hist.Merge(h.hist)
+	for _, p := range parts {
+		ph.errors += p.errors
+		ph.hist.Merge(p.hist)
 	}
 	return ph
 }

@@ -9,11 +9,12 @@ import (
 // LoadOrStore. Racing callers each create; the losers' endpoints are released
 // (a user who forgets this leaks them, as Open MPI did).
 type syncMapCache[K comparable] struct {
-	env Env[K]
-	m   sync.Map
+	syncMapStore[K]
 }
 
-func newSyncMap[K comparable](env Env[K]) *syncMapCache[K] { return &syncMapCache[K]{env: env} }
+func newSyncMap[K comparable](env Env[K]) *syncMapCache[K] {
+	return &syncMapCache[K]{syncMapStore[K]{env: env}}
+}
 
 func (c *syncMapCache[K]) Get(ctx context.Context, key K) (*Endpoint, error) {
 	if v, ok := c.m.Load(key); ok {
@@ -23,14 +24,27 @@ func (c *syncMapCache[K]) Get(ctx context.Context, key K) (*Endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	if v, loaded := c.m.LoadOrStore(key, ep); loaded {
-		c.env.Release(key, ep)
-		return v.(*Endpoint), nil
-	}
-	return ep, nil
+	return c.store(key, ep), nil
 }
 
-func (c *syncMapCache[K]) Report(key K, ep *Endpoint) bool {
+// syncMapStore is a sync.Map of endpoints with the operations that give them
+// up: the part syncmap and singleflight share.
+type syncMapStore[K comparable] struct {
+	env Env[K]
+	m   sync.Map
+}
+
+// store keeps ep for key unless another endpoint got there first, in which
+// case ep is released and the other returned.
+func (c *syncMapStore[K]) store(key K, ep *Endpoint) *Endpoint {
+	if v, loaded := c.m.LoadOrStore(key, ep); loaded {
+		c.env.Release(key, ep)
+		return v.(*Endpoint)
+	}
+	return ep
+}
+
+func (c *syncMapStore[K]) Report(key K, ep *Endpoint) bool {
 	ok := c.m.CompareAndDelete(key, ep)
 	if ok {
 		c.env.Release(key, ep)
@@ -38,7 +52,7 @@ func (c *syncMapCache[K]) Report(key K, ep *Endpoint) bool {
 	return ok
 }
 
-func (c *syncMapCache[K]) Invalidate(key K) bool {
+func (c *syncMapStore[K]) Invalidate(key K) bool {
 	v, ok := c.m.LoadAndDelete(key)
 	if ok {
 		c.env.Release(key, v.(*Endpoint))
@@ -46,15 +60,10 @@ func (c *syncMapCache[K]) Invalidate(key K) bool {
 	return ok
 }
 
-func (c *syncMapCache[K]) Close() error {
-	return releaseSyncMap(&c.m, c.env.Release)
-}
-
-// releaseSyncMap empties m, releasing every endpoint it held.
-func releaseSyncMap[K comparable](m *sync.Map, release func(K, *Endpoint)) error {
-	m.Range(func(k, v any) bool {
-		if _, ok := m.LoadAndDelete(k); ok {
-			release(k.(K), v.(*Endpoint))
+func (c *syncMapStore[K]) Close() error {
+	c.m.Range(func(k, v any) bool {
+		if _, ok := c.m.LoadAndDelete(k); ok {
+			c.env.Release(k.(K), v.(*Endpoint))
 		}
 		return true
 	})
