@@ -10,5 +10,14 @@ func (t *Table[K, V]) LockShardOf(key K) (unlock func()) {
 
 // Cells returns the length of key's shard's current array.
 func (t *Table[K, V]) Cells(key K) int {
-	return t.shardOf(t.Hash(key)).cells.Load().len()
+	return int(t.shardOf(t.Hash(key)).cells.Load().len())
+}
+
+// RebuildsOnInsert reports whether inserting a new key into key's shard
+// would rebuild the shard's array.
+func (t *Table[K, V]) RebuildsOnInsert(key K) bool {
+	sh := t.shardOf(t.Hash(key))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return uint64(sh.used+1)*maxLoadDen > sh.cells.Load().len()*maxLoadNum
 }

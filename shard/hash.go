@@ -106,3 +106,12 @@ func stringOf[K comparable](k K) string {
 func hashString(s string, sd *seeds) uint64 {
 	return maphash.String(sd.mapSd, s)
 }
+
+// sameString reports whether two string-kinded keys are the same string: the
+// same bytes at the same address. Keys usually are (a peer's name comes from
+// one table), and this inline check spares the hit path the call to compare
+// the bytes; different strings still compare equal through ==.
+func sameString[K comparable](a, b K) bool {
+	sa, sb := stringOf(a), stringOf(b)
+	return len(sa) == len(sb) && unsafe.StringData(sa) == unsafe.StringData(sb)
+}

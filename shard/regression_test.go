@@ -44,7 +44,7 @@ func TestSealDuringRebuild(t *testing.T) {
 			}
 			claims[s] = c
 			// Every slot is claimed, so none is dropped: key slots in all.
-			if cells := tb.Cells(0); cells >= 4096 && key == cells*3/4 {
+			if tb.Cells(0) >= 4096 && tb.RebuildsOnInsert(-1) {
 				break
 			}
 		}
@@ -132,5 +132,23 @@ func TestClaimRefusesAbandonedFlight(t *testing.T) {
 			t.Fatal("unexpected")
 		}
 		t.Fatal("a second Claim succeeded while the abandoned creation is still in flight: two creations of one key overlap")
+	}
+}
+
+// epcache's TestGetRacingClose fills a one-shard cache with 3,348 keys so
+// that the next insertion rebuilds; this keeps that number true.
+func TestRebuildPointOfOneShard(t *testing.T) {
+	tb, err := shard.New[int, int](shard.Options[int]{Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 3348 {
+		if k == 3347 && tb.RebuildsOnInsert(k) {
+			t.Fatal("the 3,348th insertion rebuilds: the array is not at its limit after it")
+		}
+		tb.LoadOrInsert(k)
+	}
+	if !tb.RebuildsOnInsert(-1) {
+		t.Fatal("the insertion after 3,348 keys does not rebuild: update epcache's TestGetRacingClose")
 	}
 }

@@ -46,17 +46,19 @@ type Options[K comparable] struct {
 // MaxShards is the largest shard count a table accepts.
 const MaxShards = 1 << 16
 
+// The shard is picked by the low bits of the hash and the cell by the high
+// bits (the top of h·n, a multiply rather than a mask, so that arrays need
+// not be powers of two): the two never overlap.
 const (
-	// shardShift picks the shard from bits 40 and up of the hash, and the
-	// cell from the low bits: the two never overlap below 2^40 cells a shard.
-	shardShift = 40
-	minCells   = 8
+	minCells = 8
 	// A shard's array is rebuilt when an insertion would fill more than
-	// 13/16 of it, into the smallest power of two it fills at most half of.
-	// Cells carry the hash, so the longer probes of a high load mostly stay
-	// in one cache line; the load then averages about 2/3, which keeps the
-	// cells at about 24 bytes an entry.
+	// 13/16 of it, to a size it fills to 5/8: the load stays between the
+	// two, about 0.72 on average, which keeps the 16-byte cells near 22
+	// bytes an entry. Powers of two would have let it fall to 0.4. Cells
+	// carry the hash, so the longer probes of a high load mostly stay in
+	// one cache line and touch no slot but the one that matches.
 	maxLoadNum, maxLoadDen = 13, 16
+	refillNum, refillDen   = 5, 8
 )
 
 // Table maps keys of type K to [Slot]s holding values of type V.
@@ -102,10 +104,10 @@ const shardSize = unsafe.Sizeof(struct {
 // ever filled (nil → slot, under the shard mutex), never cleared, so a
 // reader's linear probe always ends at a nil cell.
 //
-// An array is the first of 1+n cells allocated together: the first holds the
-// mask (n-1) in its hash field, the others are the cells proper. Keeping the
-// mask in the cells' own allocation, rather than in a header that points to
-// them, saves the hit path one dependent load.
+// An array is the first of 1+n cells allocated together: the first holds n
+// in its hash field, the others are the cells proper. Keeping n in the
+// cells' own allocation, rather than in a header that points to them, saves
+// the hit path one dependent load.
 type array[K comparable, V any] struct {
 	head cell[K, V]
 }
@@ -120,18 +122,31 @@ type cell[K comparable, V any] struct {
 
 func newArray[K comparable, V any](n int) *array[K, V] {
 	cells := make([]cell[K, V], 1+n)
-	cells[0].hash = uint64(n - 1)
+	cells[0].hash = uint64(n)
 	return (*array[K, V])(unsafe.Pointer(&cells[0]))
 }
 
-func (a *array[K, V]) mask() uint64 { return a.head.hash }
+// len is the number of cells.
+func (a *array[K, V]) len() uint64 { return a.head.hash }
 
-func (a *array[K, V]) len() int { return int(a.head.hash) + 1 }
+// home is the cell where the probe for hash h starts: the high bits of h·n.
+func (a *array[K, V]) home(h uint64) uint64 {
+	hi, _ := bits.Mul64(h, a.head.hash)
+	return hi
+}
 
-// at returns cell i, for i <= mask.
+// next is the cell after i, wrapping around.
+func (a *array[K, V]) next(i uint64) uint64 {
+	if i++; i == a.head.hash {
+		return 0
+	}
+	return i
+}
+
+// at returns cell i, for i < len.
 //
-// Safety: a points at the first of 1+mask+1 cells of one allocation, and
-// i+1 <= mask+1 stays inside it.
+// Safety: a points at the first of 1+len cells of one allocation, and
+// i+1 <= len stays inside it.
 func (a *array[K, V]) at(i uint64) *cell[K, V] {
 	return (*cell[K, V])(unsafe.Add(unsafe.Pointer(a), uintptr(i+1)*unsafe.Sizeof(a.head)))
 }
@@ -204,7 +219,7 @@ func (t *Table[K, V]) hashOther(key K) uint64 {
 }
 
 func (t *Table[K, V]) shardOf(h uint64) *shard[K, V] {
-	return &t.shards[(h>>shardShift)&t.shardMask].shard
+	return &t.shards[h&t.shardMask].shard
 }
 
 // Lookup returns key's slot, or nil if the table has none. It takes no lock,
@@ -239,15 +254,14 @@ func (t *Table[K, V]) Get(ctx context.Context, key K, miss Misser[K, V]) (V, err
 	default:
 		h = t.hashOther(key)
 	}
-	a := t.shards[(h>>shardShift)&t.shardMask].cells.Load()
-	mask := a.mask()
-	for i := h & mask; ; i = (i + 1) & mask {
+	a := t.shards[h&t.shardMask].cells.Load()
+	for i := a.home(h); ; i = a.next(i) {
 		c := a.at(i)
 		s := c.slot.Load()
 		if s == nil {
 			break
 		}
-		if c.hash == h && s.key == key {
+		if c.hash == h && (t.kind == kindString && sameString(s.key, key) || s.key == key) {
 			if s.state.Load() == t.ready && !t.closed.Load() {
 				return s.value, nil
 			}
@@ -308,12 +322,12 @@ func (t *Table[K, V]) insertSlow(key K, h uint64) *Slot[K, V] {
 		// An invalidated slot whose Invalidate has not yet replaced it.
 		return t.renew(sh, c, key)
 	}
-	if (sh.used+1)*maxLoadDen > a.len()*maxLoadNum {
+	if uint64(sh.used+1)*maxLoadDen > a.len()*maxLoadNum {
 		a = t.rebuild(sh, a)
 	}
-	i := h & a.mask()
+	i := a.home(h)
 	for a.at(i).slot.Load() != nil {
-		i = (i + 1) & a.mask()
+		i = a.next(i)
 	}
 	s := t.newSlot(sh, key)
 	a.put(i, h, s)
@@ -324,8 +338,7 @@ func (t *Table[K, V]) insertSlow(key K, h uint64) *Slot[K, V] {
 // cellOf returns the cell of a that holds key, or nil. Called with the
 // shard mutex held, or on a snapshot.
 func (t *Table[K, V]) cellOf(a *array[K, V], key K, h uint64) *cell[K, V] {
-	mask := a.mask()
-	for i := h & mask; ; i = (i + 1) & mask {
+	for i := a.home(h); ; i = a.next(i) {
 		c := a.at(i)
 		s := c.slot.Load()
 		if s == nil {
@@ -395,25 +408,20 @@ func (t *Table[K, V]) InvalidateIf(s *Slot[K, V], match func(V) bool) (v V, ok b
 	return v, true
 }
 
-// rebuild replaces a full array with one holding its live slots at no more
-// than half load. Empty slots are marked Dead first, by CAS, so that a Claim
+// rebuild replaces a full array with one holding its live slots at 5/8 load. Empty slots are marked Dead first, by CAS, so that a Claim
 // racing with the rebuild either keeps its slot alive or fails and looks
 // again; Dead ones are left behind. Called with sh.mu held.
 func (t *Table[K, V]) rebuild(sh *shard[K, V], old *array[K, V]) *array[K, V] {
 	live := 0
-	for i := range uint64(old.len()) {
+	for i := range old.len() {
 		s := old.at(i).slot.Load()
 		if s != nil && !s.state.CompareAndSwap(nil, t.dead) && s.state.Load() != t.dead {
 			live++
 		}
 	}
-	n := minCells
-	for (live+1)*2 > n {
-		n *= 2
-	}
-	a := newArray[K, V](n)
+	a := newArray[K, V](max(minCells, (live+1)*refillDen/refillNum+1))
 	copied := 0
-	for i := range uint64(old.len()) {
+	for i := range old.len() {
 		c := old.at(i)
 		s := c.slot.Load()
 		// A slot may turn Dead meanwhile (an Invalidate), never back to
@@ -422,9 +430,9 @@ func (t *Table[K, V]) rebuild(sh *shard[K, V], old *array[K, V]) *array[K, V] {
 		if s == nil || s.state.Load() == t.dead {
 			continue
 		}
-		j := c.hash & a.mask()
+		j := a.home(c.hash)
 		for a.at(j).slot.Load() != nil {
-			j = (j + 1) & a.mask()
+			j = a.next(j)
 		}
 		a.put(j, c.hash, s)
 		copied++
@@ -442,7 +450,7 @@ func (t *Table[K, V]) All() iter.Seq[*Slot[K, V]] {
 	return func(yield func(*Slot[K, V]) bool) {
 		for i := range t.shards {
 			a := t.shards[i].cells.Load()
-			for j := range uint64(a.len()) {
+			for j := range a.len() {
 				if s := a.at(j).slot.Load(); s != nil && !yield(s) {
 					return
 				}
@@ -478,7 +486,7 @@ func (t *Table[K, V]) Seal(seal func(s *Slot[K, V], old *State[V])) error {
 		sh.closed = true
 		a := sh.cells.Load()
 		batch = batch[:0]
-		for j := range uint64(a.len()) {
+		for j := range a.len() {
 			if s := a.at(j).slot.Load(); s != nil {
 				if old := s.state.Swap(t.sealed); old != nil && old != t.dead {
 					batch = append(batch, sealed{s, old})
