@@ -220,6 +220,7 @@ func TestCreationContextKeepsValuesNotCancellation(t *testing.T) {
 		v, ok := c.Load(5)
 		assert.True(t, ok)
 		assert.Equal(t, 5, v)
+		assert.Error(t, cctx.Err(), "the creation's context ends when Create returns")
 	})
 }
 

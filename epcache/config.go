@@ -16,8 +16,9 @@ type Config[K comparable, V any] struct {
 	// Create runs on a goroutine of its own. Its ctx carries the values of
 	// the context of the Get that started it (trace IDs carry over) but not
 	// that Get's cancellation: callers leave on their own contexts while the
-	// creation goes on for the others. ctx is cancelled by CreateTimeout and
-	// by Close.
+	// creation goes on for the others. ctx is cancelled by CreateTimeout, by
+	// Close, and when Create returns: a value that must outlive the call
+	// (a connection) must not be bound to it.
 	//
 	// A nil error publishes the value, whatever it is (a zero value too). A
 	// panic reaches the waiting callers as a *PanicError; runtime.Goexit as
@@ -63,9 +64,12 @@ type Config[K comparable, V any] struct {
 
 	// Hash, if set, replaces the built-in seeded hash (hash/maphash.String
 	// for strings, a multiply-mix for integers, hash/maphash.Comparable for
-	// other keys). The
-	// cache mixes its result with a per-cache random seed, so it need not
-	// spread bits, but equal keys must hash equal.
+	// other keys). The cache mixes its result with a per-cache random seed, so
+	// it need not spread bits, but equal keys must hash equal. The seed cannot
+	// separate keys whose Hash values are equal: with an unkeyed hash
+	// (xxhash.Sum64String, say), whoever chooses the keys can make them all
+	// collide, and the cache, though correct, slows to a linear scan
+	// (epcache's flood tests build such keys for XXH64).
 	Hash func(key K) uint64
 
 	// Shards spreads insertions of new keys over this many independently

@@ -22,10 +22,16 @@ import (
 // of the key can overlap this one.
 func (c *Cache[K, V]) run(callerCtx context.Context, s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V]) {
 	defer c.gate.exit()
+	// The creation's context ends when Create returns, as a context passed
+	// to a call does, whether or not there is a CreateTimeout.
 	var ctx context.Context = creationCtx{c.stoppingFor(s), callerCtx}
 	var last *atomic.Pointer[failure] // the latest failed attempt, for the timeout's error
 	stopAbandon := func() bool { return false }
-	if c.timeout > 0 {
+	if c.timeout <= 0 {
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		ctx = cctx
+	} else {
 		// The timeout answers the waiters even if Create ignores ctx. (Close
 		// needs no such hook: it answers the waiters itself.)
 		tctx, cancel := context.WithTimeoutCause(ctx, c.timeout, c.timeoutErr)
@@ -63,8 +69,9 @@ func (c *Cache[K, V]) run(callerCtx context.Context, s *shard.Slot[K, V], claim 
 
 // creationCtx is the context of one creation: the values of the Get that
 // started it, and the cancellation of Close (stopping is a context Close
-// cancels), without the caller's cancellation. It costs one small allocation
-// and registers nothing, unlike WithoutCancel plus an AfterFunc.
+// cancels), without the caller's cancellation. It costs one small allocation,
+// and what derives from it registers with a per-stripe context, not one that
+// every creation of the cache locks.
 type creationCtx struct {
 	context.Context                 // stopping: Done, Err, Deadline
 	values          context.Context // the caller's

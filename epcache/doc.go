@@ -18,7 +18,8 @@
 //     Get that arrives while it runs receives its outcome.
 //   - Each caller leaves on its own context, the one that started the
 //     creation included; the creation's context keeps the first caller's
-//     values but ends only with [Config.CreateTimeout] or [Cache.Close].
+//     values but ends only with [Config.CreateTimeout], [Cache.Close] or
+//     Create's return.
 //   - A failure (after [Config.Retry] gives up) reaches every waiter; nothing
 //     is stored unless [Config.ErrorTTL] asks for the error to be remembered.
 //     A panic reaches them as a [*PanicError], runtime.Goexit as [ErrGoexit].
