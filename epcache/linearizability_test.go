@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -152,13 +153,7 @@ var linModel = porcupine.Model{
 			byKey[k] = append(byKey[k], op)
 		}
 		var parts [][]porcupine.Operation
-		for _, k := range slices.Sorted(func(yield func(int) bool) {
-			for k := range byKey {
-				if !yield(k) {
-					return
-				}
-			}
-		}) {
+		for _, k := range slices.Sorted(maps.Keys(byKey)) {
 			parts = append(parts, byKey[k])
 		}
 		return parts
@@ -338,7 +333,7 @@ func linDir(t *testing.T) string {
 // with respect to linModel. A failure prints the offending key's history and
 // the path of porcupine's HTML visualization.
 func TestLinearizability(t *testing.T) {
-	histories, cfg := 700, linConfig{clients: 6, ops: 10, keys: 2}
+	histories, cfg := 1000, linConfig{clients: 6, ops: 10, keys: 2}
 	switch {
 	case *long:
 		histories, cfg = 20000, linConfig{clients: 8, ops: 24, keys: 3}
@@ -348,7 +343,7 @@ func TestLinearizability(t *testing.T) {
 	eachHash(t, func(t *testing.T, hash func(int) uint64) {
 		cfg := cfg
 		cfg.hash = hash
-		dir := ""
+		dir := linDir(t)
 		seed := rand.Uint64()
 		var counts [4]int
 		var waits, creates uint64
@@ -361,13 +356,10 @@ func TestLinearizability(t *testing.T) {
 			for _, op := range ops {
 				counts[op.Input.(linInput).kind]++
 			}
-			if dir == "" {
-				dir = linDir(t)
-			}
 			res, report, viz := checkHistory(ops, dir, fmt.Sprintf("history-%d", i))
 			switch res {
 			case porcupine.Illegal:
-				t.Fatalf("history %d (seed %d) is not linearizable:\n%s\nvisualization: %s", i, seed+uint64(i), report, viz)
+				t.Fatalf("history %d (operations drawn with seed %d) is not linearizable:\n%s\nvisualization: %s", i, seed+uint64(i), report, viz)
 			case porcupine.Unknown:
 				t.Logf("history %d: the check timed out", i)
 			}

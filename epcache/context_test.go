@@ -1,0 +1,43 @@
+package epcache_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/epcache/epcache/epcache"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Config.Create documents that its ctx is cancelled by CreateTimeout, by
+// Close, and when Create returns. Whether it ends with the return must not
+// depend on whether a CreateTimeout is set: a Create that hands ctx to what
+// it builds would otherwise see the endpoint torn down with a timeout and
+// kept without one. (It once did.)
+func TestCreationContextAfterCreateReturns(t *testing.T) {
+	afterReturn := map[time.Duration]error{}
+	for _, timeout := range []time.Duration{0, time.Hour} {
+		synctest.Test(t, func(t *testing.T) {
+			var got context.Context
+			c, err := epcache.New(epcache.Config[int, int]{
+				CreateTimeout: timeout,
+				Create: func(ctx context.Context, k int) (int, error) {
+					got = ctx
+					return k, nil
+				},
+			})
+			require.NoError(t, err)
+			_, err = c.Get(context.Background(), 1)
+			require.NoError(t, err)
+			synctest.Wait() // the creation goroutine has finished
+			afterReturn[timeout] = got.Err()
+			require.NoError(t, c.Close())
+			assert.Error(t, got.Err(), "CreateTimeout %v: Close ends the creation's context", timeout)
+		})
+	}
+	assert.Equal(t, afterReturn[0], afterReturn[time.Hour],
+		"once Create has returned, its ctx.Err() is %v without a CreateTimeout and %v with one", afterReturn[0], afterReturn[time.Hour])
+	assert.ErrorIs(t, afterReturn[0], context.Canceled, "the context ends when Create returns")
+}

@@ -1,0 +1,291 @@
+package epcache_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/epcache/epcache/epcache"
+	xsync4 "github.com/puzpuzpuz/xsync/v4"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const millionPeers = 1_000_000
+
+// heapGrowth returns how much the live heap grew across fill, measured after
+// a full collection on either side. What fill allocates and drops (creation
+// goroutines, flights, contexts) is not counted; what it keeps is.
+func heapGrowth(fill func()) int64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fill()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	return int64(after.HeapAlloc) - int64(before.HeapAlloc)
+}
+
+// stormFill makes goroutines Get every key of c, each key from two
+// goroutines that walk the same keys from the same start, so that they race
+// for every creation, as the threads of a rank all connect at startup.
+func stormFill(c *epcache.Cache[int, *endpoint], n, goroutines int) {
+	var wg sync.WaitGroup
+	half := goroutines / 2
+	for g := range goroutines {
+		wg.Go(func() {
+			lane := g % half
+			start := (lane * 7919) % n
+			for i := range n {
+				k := (start + i) % n
+				if k%half != lane {
+					continue
+				}
+				if _, err := c.Get(context.Background(), k); err != nil {
+					panic(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// peers returns n endpoints, allocated up front so that the heap growth of
+// a fill counts the structure that holds them, not the values.
+func peers(n int) []endpoint {
+	eps := make([]endpoint, n)
+	for i := range eps {
+		eps[i].peer = i
+	}
+	return eps
+}
+
+// TestMillionPeers connects one rank to a million peers in a storm of 64
+// goroutines (each peer asked for by two at once), then checks that every
+// peer was created exactly once and reads back, that every value is released
+// exactly once at Close, and measures the heap kept per entry beside xsync
+// v4's Map holding the same pointers: the target is no more than xsync's.
+// Under the race detector it uses 100,000 peers, and only reports the
+// memory, unless -long is set.
+func TestMillionPeers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a million peers: skipped with -short")
+	}
+	n := millionPeers
+	if raceEnabled && !*long {
+		n = 100_000
+	}
+	eps := peers(n)
+	released := make([]atomic.Int32, n)
+	var creates atomic.Int64
+	c, err := epcache.New(epcache.Config[int, *endpoint]{
+		Create: func(_ context.Context, k int) (*endpoint, error) {
+			creates.Add(1)
+			return &eps[k], nil
+		},
+		Release: func(k int, v *endpoint) {
+			if v != &eps[k] {
+				panic("Release of another key's value")
+			}
+			released[k].Add(1)
+		},
+	})
+	require.NoError(t, err)
+	start := time.Now()
+	grew := heapGrowth(func() { stormFill(c, n, 64) })
+	elapsed := time.Since(start)
+	st := c.Stats()
+	require.EqualValues(t, n, creates.Load(), "one Create per peer")
+	require.EqualValues(t, n, st.Creates)
+	require.Equal(t, n, c.Len())
+	for k := range n {
+		v, ok := c.Load(k)
+		if !ok || v != &eps[k] {
+			t.Fatalf("Load(%d) = %v, %t", k, v, ok)
+		}
+	}
+	perEntry := float64(grew) / float64(n)
+
+	m := xsync4.NewMap[int, *endpoint]()
+	xgrew := heapGrowth(func() {
+		for k := range n {
+			m.Store(k, &eps[k])
+		}
+	})
+	runtime.KeepAlive(m)
+	xPerEntry := float64(xgrew) / float64(n)
+	t.Logf("%d peers ready in %v (%d Gets waited on another's creation): %.1f B/entry; xsync v4 Map: %.1f B/entry",
+		n, elapsed.Round(time.Millisecond), st.Waits, perEntry, xPerEntry)
+
+	require.NoError(t, c.Close())
+	for k := range released {
+		if n := released[k].Load(); n != 1 {
+			t.Fatalf("peer %d released %d times", k, n)
+		}
+	}
+	st = c.Stats()
+	assert.EqualValues(t, n, st.Releases)
+	assert.Zero(t, st.Live)
+	if n == millionPeers { // at 100,000 the two tables are at other points of their growth
+		assert.LessOrEqual(t, perEntry, xPerEntry, "the target: no more heap per entry than xsync v4's Map at a million peers")
+	}
+}
+
+// TestGrowthNeverBlocksReaders has a writer insert hundreds of thousands of
+// new peers into a cache of one shard, so that its array is rebuilt many
+// times, the last rebuilds copying a hundred thousand slots and more, while
+// readers Load and Get peers that are present. No read may miss, and none
+// may wait for a rebuild: readers take no lock and probe whichever array
+// they loaded. A read counts as slow if it took 50ms or more and at least a
+// quarter of the slowest rebuild (a reader that waited for rebuilds would
+// wait most of one). A reader can still be descheduled (go test runs
+// packages in parallel on few cores), so a trial with a slow read is
+// repeated; one that waited for rebuilds would be slow in every trial.
+//
+// Under the race detector it adds 100,000 peers: at 300,000 the detector's
+// own work for goroutines (each creation runs on one) and for freed arrays,
+// done in long calls that cannot be preempted, holds up a reader's P for
+// 100ms and more, growth or no growth.
+func TestGrowthNeverBlocksReaders(t *testing.T) {
+	const trials = 3
+	writes := 300_000
+	switch {
+	case testing.Short():
+		writes = 20_000
+	case raceEnabled:
+		writes = 100_000
+	}
+	for trial := 1; ; trial++ {
+		worst, rebuild := growWhileReading(t, writes)
+		if t.Failed() || !slowRead(worst, rebuild) {
+			return
+		}
+		if trial == trials {
+			t.Fatalf("in each of %d trials a reader took %v or more for one Load+Get during growth (%v in the last, whose slowest rebuild took %v)",
+				trials, readBound, worst, rebuild)
+		}
+	}
+}
+
+// readBound is the time a read of a present key must stay under while the
+// table grows, unless the growth itself took far longer (see slowRead).
+const readBound = 50 * time.Millisecond
+
+// slowRead reports whether the slowest read, worst, looks like a wait for a
+// rebuild that took up to rebuild.
+func slowRead(worst, rebuild time.Duration) bool {
+	return worst >= readBound && worst >= rebuild/4
+}
+
+// growWhileReading runs one trial of TestGrowthNeverBlocksReaders and
+// returns the slowest read and the slowest insertion (a rebuild).
+func growWhileReading(t *testing.T, writes int) (worst, slowestWrite time.Duration) {
+	const present = 1024
+	c, err := epcache.New(epcache.Config[int, *endpoint]{
+		Shards: 1,
+		Create: func(_ context.Context, k int) (*endpoint, error) { return &endpoint{peer: k}, nil },
+	})
+	require.NoError(t, err)
+	defer c.Close()
+	for k := range present {
+		_, err := c.Get(context.Background(), k)
+		require.NoError(t, err)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	type readerStats struct {
+		reads, misses int
+		worst         time.Duration
+	}
+	readers := make([]readerStats, max(1, runtime.GOMAXPROCS(0)-1))
+	for i := range readers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(i), 9))
+			rs := &readers[i]
+			for !stop.Load() {
+				k := r.IntN(present)
+				t0 := time.Now()
+				v, ok := c.Load(k)
+				g, err := c.Get(context.Background(), k)
+				d := time.Since(t0)
+				rs.reads += 2
+				rs.worst = max(rs.worst, d)
+				if !ok || v.peer != k || err != nil || g != v {
+					rs.misses++
+				}
+			}
+		})
+	}
+	start := time.Now()
+	for k := present; k < present+writes; k++ {
+		t0 := time.Now()
+		if _, err := c.Get(context.Background(), k); err != nil {
+			t.Fatal(err)
+		}
+		slowestWrite = max(slowestWrite, time.Since(t0))
+	}
+	elapsed := time.Since(start)
+	stop.Store(true)
+	wg.Wait()
+	assert.Equal(t, present+writes, c.Len())
+	for i, rs := range readers {
+		t.Logf("reader %d: %d reads while %d peers were added in %v (slowest insertion, a rebuild: %v); slowest Load+Get %v",
+			i, rs.reads, writes, elapsed.Round(time.Millisecond), slowestWrite, rs.worst)
+		assert.Positive(t, rs.reads)
+		assert.Zero(t, rs.misses, "reader %d missed a present key", i)
+		worst = max(worst, rs.worst)
+	}
+	return worst, slowestWrite
+}
+
+// BenchmarkMillionPeers fills a cache with a million peers in a storm and
+// reports the heap it keeps per entry (B/entry, the values themselves not
+// counted) beside xsync v4's Map holding the same pointers; ns/peer is the
+// storm's wall time per peer. The target is epcache's B/entry ≤ xsync4's.
+func BenchmarkMillionPeers(b *testing.B) {
+	eps := peers(millionPeers)
+	b.Run("impl=epcache", func(b *testing.B) {
+		for range b.N {
+			c, err := epcache.New(epcache.Config[int, *endpoint]{
+				Create: func(_ context.Context, k int) (*endpoint, error) { return &eps[k], nil },
+			})
+			require.NoError(b, err)
+			var took time.Duration
+			grew := heapGrowth(func() {
+				start := time.Now()
+				stormFill(c, millionPeers, 64)
+				took = time.Since(start)
+			})
+			b.ReportMetric(float64(grew)/millionPeers, "B/entry")
+			b.ReportMetric(float64(took)/millionPeers, "ns/peer")
+			require.NoError(b, c.Close())
+		}
+	})
+	b.Run("impl=xsync4", func(b *testing.B) {
+		for range b.N {
+			m := xsync4.NewMap[int, *endpoint]()
+			var took time.Duration
+			grew := heapGrowth(func() {
+				start := time.Now()
+				var wg sync.WaitGroup
+				const goroutines = 64
+				for g := range goroutines {
+					wg.Go(func() {
+						for k := g % (goroutines / 2); k < millionPeers; k += goroutines / 2 {
+							m.LoadOrStore(k, &eps[k])
+						}
+					})
+				}
+				wg.Wait()
+				took = time.Since(start)
+			})
+			runtime.KeepAlive(m)
+			b.ReportMetric(float64(grew)/millionPeers, "B/entry")
+			b.ReportMetric(float64(took)/millionPeers, "ns/peer")
+		}
+	})
+}

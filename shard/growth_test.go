@@ -1,0 +1,108 @@
+package shard_test
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/epcache/epcache/shard"
+	"github.com/stretchr/testify/assert"
+)
+
+// TestGrowthNeverBlocksReaders has a writer insert and publish hundreds of
+// thousands of keys into a table of one shard, whose array is therefore
+// rebuilt again and again under the shard's mutex, while readers Load keys
+// that are present. No Load may miss, and none may wait for a rebuild:
+// readers take no lock and probe whichever array they loaded. A Load counts
+// as slow if it took 50ms or more and at least a quarter of the slowest
+// rebuild (a reader that waited for rebuilds would wait most of one). A
+// reader can still be descheduled (go test runs packages in parallel on few
+// cores), so a trial with a slow Load is repeated; a reader that waited for
+// rebuilds would be slow in every trial.
+//
+// Under the race detector it adds 100,000 keys: the detector frees the
+// shadow of each replaced array in one long call that cannot be preempted,
+// and past a few hundred thousand slots those calls alone hold up a
+// reader's P for 100ms and more (with GOGC=off they go away).
+func TestGrowthNeverBlocksReaders(t *testing.T) {
+	const trials = 3
+	writes := 300_000
+	switch {
+	case testing.Short():
+		writes = 20_000
+	case raceEnabled:
+		writes = 100_000
+	}
+	for trial := 1; ; trial++ {
+		worst, rebuild := growTableWhileReading(t, writes)
+		if t.Failed() || worst < readBound || worst < rebuild/4 {
+			return
+		}
+		if trial == trials {
+			t.Fatalf("in each of %d trials a reader took %v or more for one Load during growth (%v in the last, whose slowest rebuild took %v)",
+				trials, readBound, worst, rebuild)
+		}
+	}
+}
+
+// readBound is the time a Load of a present key must stay under while the
+// table grows, unless the growth itself took far longer.
+const readBound = 50 * time.Millisecond
+
+// growTableWhileReading runs one trial of TestGrowthNeverBlocksReaders and
+// returns the slowest Load and the slowest insertion (a rebuild).
+func growTableWhileReading(t *testing.T, writes int) (worst, slowestWrite time.Duration) {
+	const present = 1024
+	tb := newTable[int, int](t, shard.Options[int]{Shards: 1})
+	for k := range present {
+		publish(t, tb, k, k)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	type readerStats struct {
+		reads, misses int
+		worst         time.Duration
+	}
+	readers := make([]readerStats, max(1, runtime.GOMAXPROCS(0)-1))
+	for i := range readers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(i), 10))
+			rs := &readers[i]
+			for !stop.Load() {
+				k := r.IntN(present)
+				t0 := time.Now()
+				v, ok := tb.Load(k)
+				d := time.Since(t0)
+				rs.reads++
+				rs.worst = max(rs.worst, d)
+				if !ok || v != k {
+					rs.misses++
+				}
+			}
+		})
+	}
+	start := time.Now()
+	for k := present; k < present+writes; k++ {
+		t0 := time.Now()
+		s := tb.LoadOrInsert(k)
+		slowestWrite = max(slowestWrite, time.Since(t0))
+		claim, _, ok := s.Claim(nil)
+		if !ok || !tb.Publish(s, claim, k) {
+			t.Fatalf("publish of key %d", k)
+		}
+	}
+	elapsed := time.Since(start)
+	stop.Store(true)
+	wg.Wait()
+	for i, rs := range readers {
+		t.Logf("reader %d: %d Loads while %d keys were added in %v (slowest insertion, a rebuild: %v); slowest Load %v",
+			i, rs.reads, writes, elapsed.Round(time.Millisecond), slowestWrite, rs.worst)
+		assert.Positive(t, rs.reads)
+		assert.Zero(t, rs.misses, "reader %d missed a present key", i)
+		worst = max(worst, rs.worst)
+	}
+	return worst, slowestWrite
+}
