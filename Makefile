@@ -77,3 +77,36 @@ results: ## the full measurement into results/: go test -cpu 1,2,4,8 -count 10, 
 	$(GO) run $(BENCHSTAT) -col /impl $(RESULTS)/gobench.txt > $(RESULTS)/benchstat.txt
 	$(GO) run ./cmd/epbench -count 5 -out $(RESULTS)/epbench
 	$(GO) run ./internal/resultsdoc -results $(RESULTS) -readme README.md
+
+FUZZTIME        ?= 10s
+STRESS_FUZZTIME ?= 3m
+
+.PHONY: fuzz-short
+fuzz-short: ## run each fuzz target for FUZZTIME (10s) from its seed corpus in testdata/fuzz
+	$(GO) test -run '^$$' -fuzz '^FuzzCache$$' -fuzztime $(FUZZTIME) ./epcache
+	$(GO) test -run '^$$' -fuzz '^FuzzTable$$' -fuzztime $(FUZZTIME) ./shard
+
+.PHONY: stress
+stress: ## the long campaigns (about 15 minutes): linearizability, faults, fuzzing for STRESS_FUZZTIME (3m), growth, a million peers
+	$(GO) test -race -count=1 -timeout 60m -run 'TestLinearizability|TestFault|TestStress' ./epcache -long
+	$(MAKE) fuzz-short FUZZTIME=$(STRESS_FUZZTIME)
+	$(GO) test -race -count=1 -timeout 30m -run 'TestConcurrentGrowthAndClaims|TestSealDuringRebuild|TestFlood|TestGrowthNeverBlocksReaders' ./shard
+	$(GO) test -count=1 -timeout 30m -run 'TestGrowthNeverBlocksReaders|TestMillionPeers' ./epcache ./shard
+	$(GO) test -race -count=1 -timeout 30m -run 'TestMillionPeers' ./epcache -long
+
+# UCX: the ucx build tag needs cgo and libucx-dev (apt-get install libucx-dev).
+# `make test` does not need them; CI runs test-ucx after it.
+UCX_PKGS    := ./transport/ucx/... ./bench/...
+
+.PHONY: test-ucx
+test-ucx: ## UCX transport and ucxstorm with -tags ucx: vet, staticcheck, race tests, benchmarks once (needs libucx-dev)
+	$(GO) vet -tags ucx $(UCX_PKGS)
+	$(GO) run $(STATICCHECK) -tags ucx $(UCX_PKGS)
+	$(GO) test -tags ucx -race -count=1 $(UCX_PKGS)
+	$(GO) test -tags ucx -run '^$$' -bench . -benchtime 1x ./transport/ucx/...
+
+.PHONY: results-ucx
+results-ucx: ## ucxstorm at 16 peers into results/ucxstorm.txt, machine and command first (needs libucx-dev; seconds)
+	{ echo "$$(nproc) × $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), UCX $$(dpkg-query -W -f='$${Version}' libucx-dev 2>/dev/null || echo unknown), $$($(GO) version | cut -d' ' -f3-); command: $(GO) run -tags ucx ./cmd/epbench -workload ucxstorm -peers 16"; \
+	  $(GO) run -tags ucx ./cmd/epbench -workload ucxstorm -peers 16; } > $(RESULTS)/ucxstorm.txt.tmp
+	mv $(RESULTS)/ucxstorm.txt.tmp $(RESULTS)/ucxstorm.txt

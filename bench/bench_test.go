@@ -33,7 +33,7 @@ func TestEveryComparatorIsCorrect(t *testing.T) {
 					switch w {
 					case "storm", "flaky":
 						s.Cost = "sleep:100us"
-					case "tcpstorm":
+					case "tcpstorm", "ucxstorm":
 						s.Peers, s.Goroutines = 16, 4
 					}
 					r, err := bench.Run(context.Background(), s)
@@ -50,7 +50,7 @@ func TestEveryComparatorIsCorrect(t *testing.T) {
 						assert.Equal(t, uint64(s.Peers), r.Distinct, "every peer was created")
 						assert.Positive(t, r.Completion)
 					}
-					if w == "tcpstorm" {
+					if w == "tcpstorm" || w == "ucxstorm" {
 						assert.EqualValues(t, s.Peers*(s.Peers-1), r.Distinct, "every pair connected")
 						if r.FDsBefore >= 0 {
 							assert.Equal(t, r.FDsBefore, r.FDsAfter, "every connection closed")

@@ -106,11 +106,17 @@ func (s Spec) Name() string {
 	return b.String()
 }
 
+// IsMesh reports whether s runs on a mesh of real endpoints (tcpstorm,
+// ucxstorm), whose creation cost is their own, not Cost's.
+func (s Spec) IsMesh() bool {
+	_, isMesh := meshes[s.Workload]
+	return isMesh
+}
+
 // IsStorm reports whether s is a storm (storm, flaky, or a mesh storm such as
 // tcpstorm): one operation is the whole storm, measured to completion.
 func (s Spec) IsStorm() bool {
-	_, isMesh := meshes[s.Workload]
-	return s.Workload == "storm" || s.Workload == "flaky" || isMesh
+	return s.Workload == "storm" || s.Workload == "flaky" || s.IsMesh()
 }
 
 // Validate reports the first thing wrong with s.

@@ -93,6 +93,8 @@ Workloads:
   tcpstorm  P peers on loopback TCP, each with its own cache and G goroutines,
           all connecting to each other at once: connections opened,
           duplicates, file descriptors before and after
+  ucxstorm  the same with UCX endpoints between P workers (a binary built
+          with -tags ucx: go run -tags ucx ./cmd/epbench -workload ucxstorm)
 
 Suites (-suite):
   default  hit, storm, churn, flaky and mixed at 1,024 peers, tcpstorm at 32

@@ -1,0 +1,182 @@
+//go:build ucx
+
+package ucx_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"maps"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/epcache/epcache/transport/directory"
+	"github.com/epcache/epcache/transport/ucx"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package if a test leaves a goroutine behind: every
+// progress goroutine, receiver, failure report and abandoned wait must be
+// gone once the test has closed its workers. (UCX's own threads are not
+// goroutines: goleak does not see them, and ucp_cleanup stops them.)
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testConfig is the UCX configuration of the tests.
+//
+// TLS=self,tcp: with UCP_ERR_HANDLING_MODE_PEER, UCX 1.13 refuses the
+// shared-memory transports for active messages ("no peer failure handler"),
+// so between workers everything goes over TCP anyway; leaving sysv and
+// posix in would only allocate shared-memory segments per worker, which a
+// container's small /dev/shm (64 MiB by default in Docker) runs out of with
+// dozens of workers, and cma needs ptrace rights that containers often
+// lack. TCP also makes a dead worker visible at once: its sockets close.
+var testConfig = map[string]string{"TLS": "self,tcp"}
+
+// quiet adds to testConfig what silences UCX's log, for tests that provoke
+// the errors it would print (connect() refused by a dead worker's socket).
+func quiet() map[string]string {
+	cfg := maps.Clone(testConfig)
+	cfg["LOG_LEVEL"] = "fatal"
+	return cfg
+}
+
+// newContext returns a context of cfg (testConfig if nil), closed when the
+// test ends; it then checks that every endpoint created was closed, and
+// none had to be closed as an orphan.
+func newContext(t *testing.T, cfg map[string]string) *ucx.Context {
+	t.Helper()
+	if cfg == nil {
+		cfg = testConfig
+	}
+	c, err := ucx.NewContext(ucx.Options{Config: cfg})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		assert.NoError(t, c.Close())
+		st := c.Stats()
+		assert.Zero(t, st.Live(), "endpoints created and not closed: %+v", st)
+	})
+	return c
+}
+
+// mesh is n peers sharing a directory and a context, each with a receiver
+// counting what arrives.
+type mesh struct {
+	ctx   *ucx.Context
+	dir   *directory.Directory
+	peers []*ucx.Peer
+	in    []*inbox
+}
+
+// startMesh starts peers 0 to n-1 of a directory of size dirSize (n if 0)
+// in ctx, with cfg adjusting each peer's Config. The peers are closed when
+// the test ends, if the test did not close them.
+func startMesh(t *testing.T, c *ucx.Context, n, dirSize int, delay time.Duration, cfg func(*ucx.Config)) *mesh {
+	t.Helper()
+	if dirSize == 0 {
+		dirSize = n
+	}
+	dir, err := directory.New(directory.Options{Size: dirSize, Delay: delay})
+	require.NoError(t, err)
+	m := &mesh{ctx: c, dir: dir, peers: make([]*ucx.Peer, n), in: make([]*inbox, n)}
+	t.Cleanup(func() { m.close(t) })
+	for i := range n {
+		m.start(t, i, cfg)
+	}
+	return m
+}
+
+// start starts (or restarts) peer i.
+func (m *mesh) start(t *testing.T, i int, cfg func(*ucx.Config)) {
+	t.Helper()
+	c := ucx.Config{ID: i, Directory: m.dir, Context: m.ctx}
+	if cfg != nil {
+		cfg(&c)
+	}
+	p, err := ucx.Start(c)
+	require.NoError(t, err)
+	m.peers[i] = p
+	m.in[i] = receive(p, m.dir.Size())
+}
+
+// kill closes peer i and waits for its receiver.
+func (m *mesh) kill(t *testing.T, i int) {
+	t.Helper()
+	assert.NoError(t, m.peers[i].Close())
+	<-m.in[i].done
+}
+
+// close closes every peer and checks that each closed every endpoint it
+// created, none as an orphan.
+func (m *mesh) close(t *testing.T) {
+	t.Helper()
+	for i, p := range m.peers {
+		if p != nil {
+			m.kill(t, i)
+		}
+	}
+	for i, p := range m.peers {
+		if p == nil {
+			continue
+		}
+		st := p.Stats()
+		assert.Zero(t, st.Endpoints.Live(), "peer %d: endpoints not closed after Close: %+v", i, st.Endpoints)
+		assert.Zero(t, st.Endpoints.Orphaned, "peer %d: endpoints left to Worker.Close", i)
+		assert.Zero(t, st.Cache.Live, "peer %d: endpoints not released after Close", i)
+	}
+}
+
+// inbox counts the messages one peer receives, by sender.
+type inbox struct {
+	total atomic.Int64
+	from  []atomic.Int64
+	bad   atomic.Int64 // messages whose payload names another sender than Message.From
+	done  chan struct{}
+}
+
+// receive starts a goroutine that receives p's messages until p closes. A
+// payload that starts with 4 bytes names its sender, which must be From.
+func receive(p *ucx.Peer, n int) *inbox {
+	in := &inbox{from: make([]atomic.Int64, n), done: make(chan struct{})}
+	go func() {
+		defer close(in.done)
+		for {
+			msg, err := p.Recv(context.Background())
+			if err != nil {
+				if !errors.Is(err, ucx.ErrClosed) {
+					panic(err)
+				}
+				return
+			}
+			if len(msg.Payload) >= 4 && int(binary.BigEndian.Uint32(msg.Payload)) != msg.From {
+				in.bad.Add(1)
+			}
+			in.from[msg.From].Add(1)
+			in.total.Add(1)
+		}
+	}()
+	return in
+}
+
+// payload is a message naming its sender.
+func payload(from, a, b int) []byte {
+	var p [12]byte
+	binary.BigEndian.PutUint32(p[0:], uint32(from))
+	binary.BigEndian.PutUint32(p[4:], uint32(a))
+	binary.BigEndian.PutUint32(p[8:], uint32(b))
+	return p[:]
+}
+
+// waitTotal waits until in has received want messages in all.
+func waitTotal(t *testing.T, in *inbox, want int64, who string) {
+	t.Helper()
+	if !assert.Eventually(t, func() bool { return in.total.Load() >= want }, 20*time.Second, time.Millisecond) {
+		t.Errorf("%s received %d messages; want %d", who, in.total.Load(), want)
+	}
+	assert.Equal(t, want, in.total.Load(), "%s: messages received", who)
+	assert.Zero(t, in.bad.Load(), "%s: messages with a wrong sender", who)
+}
