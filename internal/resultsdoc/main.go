@@ -76,7 +76,7 @@ func run() error {
 	direct := directHits(gobench, nproc(machine))
 	fmt.Fprintf(&doc, "## Targets\n\n%s\n", targets(results, direct))
 	fmt.Fprintf(&doc, "## epbench, default suite\n\nMedians of %d runs of each spec. ×epcache is the implementation's time over epcache's (above 1: slower than epcache). Latency: every Get is timed in storm and flaky, one in 64 in hit, churn and mixed.\n\n", runsPerSpec(results))
-	fmt.Fprint(&doc, tables(results, ""))
+	fmt.Fprint(&doc, tables(results))
 	fmt.Fprintf(&doc, "\n![hit throughput](epbench/throughput.svg)\n\n![storm completion](epbench/storm.svg)\n\n![storm latency](epbench/latency.svg)\n\n")
 	fmt.Fprintf(&doc, "## go test benchmarks\n\n`benchstat -col /impl` over `gobench.txt` (the raw output beside this file).\n\n```text\n%s\n```\n", stat)
 	if err := os.WriteFile(filepath.Join(*dir, "README.md"), doc.Bytes(), 0o644); err != nil {
