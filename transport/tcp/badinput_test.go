@@ -167,7 +167,7 @@ func TestBadInput(t *testing.T) {
 		require.Len(t, got, 20)
 		assert.Equal(t, byte(accepted), got[4], "verdict")
 		waitTotal(t, m.in[0], 1, "peer 0")
-		assert.Equal(t, int64(1), m.in[0].from[2].Load(), "the good frame arrived")
+		assert.Equal(t, int64(1), m.in[0].From[2].Load(), "the good frame arrived")
 		assert.Eventually(t, func() bool { return a.Stats().BadFrames == before.BadFrames+1 }, 5*time.Second, time.Millisecond)
 		assert.Equal(t, before.Refused, a.Stats().Refused)
 	})

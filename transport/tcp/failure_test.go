@@ -172,11 +172,11 @@ func TestRestartReplacesStaleConnection(t *testing.T) {
 	want[1]++
 	waitTotal(t, m.in[0], want[0], "peer 0")
 	waitTotal(t, m.in[1], want[1], "restarted peer 1")
-	assert.Equal(t, int64(1), oldIn.total.Load(), "the old life got nothing more")
+	assert.Equal(t, int64(1), oldIn.Total.Load(), "the old life got nothing more")
 	assert.Equal(t, before.Closed+1, m.peers[0].Stats().Closed, "peer 0 closed the stale connection")
 
 	require.NoError(t, old.Close())
-	<-oldIn.done
+	<-oldIn.Done
 	exchange(t, m, []int{0, 1}, want)
 	checkOnePerPair(t, m, []int{0, 1})
 	m.close(t)

@@ -2,16 +2,14 @@ package tcp_test
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"net"
 	"os"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/epcache/epcache/transport/directory"
+	"github.com/epcache/epcache/transport/internal/meshtest"
 	"github.com/epcache/epcache/transport/tcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -105,7 +103,7 @@ func (m *mesh) start(t *testing.T, i int, cfg func(*tcp.Config)) {
 func (m *mesh) kill(t *testing.T, i int) {
 	t.Helper()
 	assert.NoError(t, m.peers[i].Close())
-	<-m.in[i].done
+	<-m.in[i].Done
 }
 
 func (m *mesh) close(t *testing.T) {
@@ -125,56 +123,21 @@ func (m *mesh) close(t *testing.T) {
 	}
 }
 
-// inbox counts the frames one peer receives, by sender.
-type inbox struct {
-	total atomic.Int64
-	from  []atomic.Int64
-	bad   atomic.Int64 // frames whose payload names another sender than Message.From
-	done  chan struct{}
-}
+// inbox counts the messages one peer receives, by sender.
+type inbox = meshtest.Inbox
 
-// receive starts a goroutine that receives p's frames until p closes. A
-// payload that starts with 4 bytes names its sender, which must be From.
+// receive counts p's messages until p closes.
 func receive(p *tcp.Peer, n int) *inbox {
-	in := &inbox{from: make([]atomic.Int64, n), done: make(chan struct{})}
-	go func() {
-		defer close(in.done)
-		for {
-			msg, err := p.Recv(context.Background())
-			if err != nil {
-				if !errors.Is(err, tcp.ErrClosed) {
-					panic(err)
-				}
-				return
-			}
-			if len(msg.Payload) >= 4 && int(binary.BigEndian.Uint32(msg.Payload)) != msg.From {
-				in.bad.Add(1)
-			}
-			in.from[msg.From].Add(1)
-			in.total.Add(1)
-		}
-	}()
-	return in
+	return meshtest.Receive(func(ctx context.Context) (int, []byte, error) {
+		msg, err := p.Recv(ctx)
+		return msg.From, msg.Payload, err
+	}, tcp.ErrClosed, n)
 }
 
-// payload is a frame naming its sender.
-func payload(from, a, b int) []byte {
-	var p [12]byte
-	binary.BigEndian.PutUint32(p[0:], uint32(from))
-	binary.BigEndian.PutUint32(p[4:], uint32(a))
-	binary.BigEndian.PutUint32(p[8:], uint32(b))
-	return p[:]
-}
-
-// waitTotal waits until in has received want frames in all.
-func waitTotal(t *testing.T, in *inbox, want int64, who string) {
-	t.Helper()
-	if !assert.Eventually(t, func() bool { return in.total.Load() >= want }, 20*time.Second, time.Millisecond) {
-		t.Errorf("%s received %d frames; want %d", who, in.total.Load(), want)
-	}
-	assert.Equal(t, want, in.total.Load(), "%s: frames received", who)
-	assert.Zero(t, in.bad.Load(), "%s: frames with a wrong sender", who)
-}
+var (
+	payload   = meshtest.Payload
+	waitTotal = meshtest.WaitTotal
+)
 
 // checkOnePerPair asserts that every pair of peers among ids that holds an
 // endpoint shares one connection (each end's local address is the other's

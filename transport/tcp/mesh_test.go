@@ -59,7 +59,7 @@ func TestAllToAll(t *testing.T) {
 		waitTotal(t, m.in[i], int64((peers-1)*senders), "peer "+strconv.Itoa(i))
 		for j := range peers {
 			if j != i {
-				assert.Equal(t, int64(senders), m.in[i].from[j].Load(), "frames from %d to %d", j, i)
+				assert.Equal(t, int64(senders), m.in[i].From[j].Load(), "frames from %d to %d", j, i)
 			}
 		}
 	}
@@ -122,9 +122,9 @@ func TestReconnectOnce(t *testing.T) {
 	assert.Zero(t, b.Stats().DialAttempts, "peer 1 never needed to dial")
 
 	// Every frame sent after the reconnection arrives.
-	got := m.in[1].total.Load()
+	got := m.in[1].Total.Load()
 	require.NoError(t, a.Send(ctx, 1, payload(0, 99, 99)))
-	assert.Eventually(t, func() bool { return m.in[1].total.Load() > got }, 5*time.Second, time.Millisecond)
+	assert.Eventually(t, func() bool { return m.in[1].Total.Load() > got }, 5*time.Second, time.Millisecond)
 	m.close(t)
 	checkFDs(t, baseline)
 }
@@ -178,7 +178,7 @@ func TestChurn(t *testing.T) {
 	for settled := false; !settled; {
 		settled = true
 		for _, i := range ids {
-			if n := m.in[i].total.Load(); n != want[i] {
+			if n := m.in[i].Total.Load(); n != want[i] {
 				want[i], settled = n, false
 			}
 		}

@@ -4,14 +4,12 @@ package ucx_test
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"maps"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/epcache/epcache/transport/directory"
+	"github.com/epcache/epcache/transport/internal/meshtest"
 	"github.com/epcache/epcache/transport/ucx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -107,7 +105,7 @@ func (m *mesh) start(t *testing.T, i int, cfg func(*ucx.Config)) {
 func (m *mesh) kill(t *testing.T, i int) {
 	t.Helper()
 	assert.NoError(t, m.peers[i].Close())
-	<-m.in[i].done
+	<-m.in[i].Done
 }
 
 // close closes every peer and checks that each closed every endpoint it
@@ -131,52 +129,17 @@ func (m *mesh) close(t *testing.T) {
 }
 
 // inbox counts the messages one peer receives, by sender.
-type inbox struct {
-	total atomic.Int64
-	from  []atomic.Int64
-	bad   atomic.Int64 // messages whose payload names another sender than Message.From
-	done  chan struct{}
-}
+type inbox = meshtest.Inbox
 
-// receive starts a goroutine that receives p's messages until p closes. A
-// payload that starts with 4 bytes names its sender, which must be From.
+// receive counts p's messages until p closes.
 func receive(p *ucx.Peer, n int) *inbox {
-	in := &inbox{from: make([]atomic.Int64, n), done: make(chan struct{})}
-	go func() {
-		defer close(in.done)
-		for {
-			msg, err := p.Recv(context.Background())
-			if err != nil {
-				if !errors.Is(err, ucx.ErrClosed) {
-					panic(err)
-				}
-				return
-			}
-			if len(msg.Payload) >= 4 && int(binary.BigEndian.Uint32(msg.Payload)) != msg.From {
-				in.bad.Add(1)
-			}
-			in.from[msg.From].Add(1)
-			in.total.Add(1)
-		}
-	}()
-	return in
+	return meshtest.Receive(func(ctx context.Context) (int, []byte, error) {
+		msg, err := p.Recv(ctx)
+		return msg.From, msg.Payload, err
+	}, ucx.ErrClosed, n)
 }
 
-// payload is a message naming its sender.
-func payload(from, a, b int) []byte {
-	var p [12]byte
-	binary.BigEndian.PutUint32(p[0:], uint32(from))
-	binary.BigEndian.PutUint32(p[4:], uint32(a))
-	binary.BigEndian.PutUint32(p[8:], uint32(b))
-	return p[:]
-}
-
-// waitTotal waits until in has received want messages in all.
-func waitTotal(t *testing.T, in *inbox, want int64, who string) {
-	t.Helper()
-	if !assert.Eventually(t, func() bool { return in.total.Load() >= want }, 20*time.Second, time.Millisecond) {
-		t.Errorf("%s received %d messages; want %d", who, in.total.Load(), want)
-	}
-	assert.Equal(t, want, in.total.Load(), "%s: messages received", who)
-	assert.Zero(t, in.bad.Load(), "%s: messages with a wrong sender", who)
-}
+var (
+	payload   = meshtest.Payload
+	waitTotal = meshtest.WaitTotal
+)

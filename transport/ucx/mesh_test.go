@@ -65,7 +65,7 @@ func TestStorm(t *testing.T) {
 		waitTotal(t, m.in[i], int64((peers-1)*senders), fmt.Sprint("peer ", i))
 		for j := range peers {
 			if j != i {
-				assert.EqualValues(t, senders, m.in[i].from[j].Load(), "peer %d from %d", i, j)
+				assert.EqualValues(t, senders, m.in[i].From[j].Load(), "peer %d from %d", i, j)
 			}
 		}
 	}
