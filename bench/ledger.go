@@ -41,6 +41,8 @@ type Ledger struct {
 	doubleReleases atomic.Uint64
 	closeErrors    atomic.Uint64
 	overlap        atomic.Int32
+	running        atomic.Int32 // creations in flight now, all peers
+	concurrency    atomic.Int32 // the most creations in flight at once, all peers
 	createNanos    atomic.Int64
 	free           atomic.Bool // creations cost nothing (while a workload fills the cache)
 }
@@ -83,12 +85,9 @@ func (l *Ledger) Make(ctx context.Context, peer int, open func(context.Context) 
 func (l *Ledger) make(ctx context.Context, peer int, open func(context.Context) (io.Closer, error)) (*Endpoint, error) {
 	n := l.inflight[peer].Add(1)
 	defer l.inflight[peer].Add(-1)
-	for {
-		o := l.overlap.Load()
-		if n <= o || l.overlap.CompareAndSwap(o, n) {
-			break
-		}
-	}
+	raiseTo(&l.overlap, n)
+	raiseTo(&l.concurrency, l.running.Add(1))
+	defer l.running.Add(-1)
 	l.tries.Add(1)
 	start := time.Now()
 	res, err := open(ctx)
@@ -106,6 +105,16 @@ func (l *Ledger) make(ctx context.Context, peer int, open func(context.Context) 
 	l.made[peer].Add(1)
 	l.creates.Add(1)
 	return &Endpoint{Peer: peer, Serial: l.serial.Add(1), res: res}, nil
+}
+
+// raiseTo raises m to n if n is larger.
+func raiseTo(m *atomic.Int32, n int32) {
+	for {
+		o := m.Load()
+		if n <= o || m.CompareAndSwap(o, n) {
+			return
+		}
+	}
 }
 
 // Release records that ep was given up. A second release of one endpoint is
@@ -142,6 +151,7 @@ type Counts struct {
 	DoubleReleases uint64        // releases of an already released endpoint
 	CloseErrors    uint64        // releases whose resource failed to close
 	Overlap        int           // most creations of one peer in flight at once
+	Concurrency    int           // most creations in flight at once, all peers together
 	MeanCreate     time.Duration // measured mean cost of an attempt
 }
 
@@ -154,6 +164,7 @@ func (l *Ledger) Counts() Counts {
 		DoubleReleases: l.doubleReleases.Load(),
 		CloseErrors:    l.closeErrors.Load(),
 		Overlap:        int(l.overlap.Load()),
+		Concurrency:    int(l.concurrency.Load()),
 	}
 	for i := range l.made {
 		made := l.made[i].Load()

