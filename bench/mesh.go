@@ -61,32 +61,25 @@ func meshStorm[K comparable](ctx context.Context, s Spec, ks keySet[K], dense bo
 			return phase{}, nil, err
 		}
 	}
-	var wg sync.WaitGroup
-	phases := make([]phase, P*G)
-	start := make(chan struct{})
+	gctx := s.getContext(ctx)
+	g := newGang(P*G, P-1)
 	for from := range P {
-		for g := range G {
-			wg.Go(func() {
-				ph := phase{hist: newHist()}
-				first := int(int64(g) * int64(P) / int64(G))
-				<-start
-				for i := range P {
-					to := (first + i) % P
+		for i := range G {
+			g.Go(func(rec *recorder) {
+				first := int(int64(i) * int64(P) / int64(G))
+				for j := range P {
+					to := (first + j) % P
 					if to == from {
 						continue
 					}
 					t0 := time.Now()
-					ep, err := caches[from].Get(ctx, ks.keys[to])
-					ph.hist.RecordValue(int64(time.Since(t0)))
-					if err != nil || ep.Peer != from*P+to {
-						ph.errors++
-					}
+					ep, err := caches[from].Get(gctx, ks.keys[to])
+					rec.record(time.Since(t0), err != nil || ep.Peer != from*P+to)
 				}
-				phases[from*G+g] = ph
 			})
 		}
 	}
-	ph := release(start, &wg, uint64(P)*uint64(G)*uint64(P-1), phases)
+	ph := g.run()
 	var closeErr error
 	for _, c := range caches {
 		if err := c.Close(); err != nil && closeErr == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,23 +43,30 @@ func steady[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 	case "mixed":
 		other = uint64((1 - s.Reads) * math.MaxUint64)
 	}
+	gctx := s.getContext(ctx) // ctx itself stops the run early
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	type tally struct {
 		ops, errors, invalidations uint64
 		hist                       *hdrhistogram.Histogram
 	}
+	// Everything a goroutine needs is allocated here, and the clock starts
+	// once every goroutine is parked at the barrier.
 	tallies := make([]tally, s.Goroutines)
 	seqs := make([][]uint32, s.Goroutines)
 	for g := range seqs {
 		seqs[g] = accessSequence(s.Dist, s.Peers, s.Seed+uint64(g))
+		tallies[g].hist = newHist()
 	}
 	start := make(chan struct{})
+	var ready sync.WaitGroup
 	for g := range s.Goroutines {
+		ready.Add(1)
 		wg.Go(func() {
-			t := tally{hist: newHist()}
+			t := tallies[g]
 			seq := seqs[g]
 			rng := rand.New(rand.NewPCG(s.Seed, uint64(g)))
+			ready.Done()
 			<-start
 			i := 0
 			for !stop.Load() {
@@ -75,7 +83,7 @@ func steady[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 							continue
 						}
 						// churn: get the endpoint, then report it as failed
-						ep, err := c.Get(ctx, key)
+						ep, err := c.Get(gctx, key)
 						if err != nil || ep.Peer != int(p) {
 							t.errors++
 						} else if c.Report(key, ep) {
@@ -90,10 +98,10 @@ func steady[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 					)
 					if i%sampleEvery == 0 {
 						t0 := time.Now()
-						ep, err = c.Get(ctx, key)
+						ep, err = c.Get(gctx, key)
 						t.hist.RecordValue(int64(time.Since(t0)))
 					} else {
-						ep, err = c.Get(ctx, key)
+						ep, err = c.Get(gctx, key)
 					}
 					if err != nil || ep.Peer != int(p) {
 						t.errors++
@@ -104,6 +112,8 @@ func steady[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 			tallies[g] = t
 		})
 	}
+	ready.Wait()
+	runtime.GC()
 	m0 := mallocs()
 	t0 := time.Now()
 	close(start)

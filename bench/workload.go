@@ -32,7 +32,13 @@ type Spec struct {
 	Churn      float64       `json:"churn,omitempty"` // churn: fraction of operations that report failure
 	Failures   int           `json:"failures,omitempty"`
 	Reads      float64       `json:"reads,omitempty"` // mixed: fraction of Gets
-	Seed       uint64        `json:"seed"`
+	// Ctx is the context the workload's Gets pass: "" (or "background")
+	// for one that never ends, as the send of a messaging layer that never
+	// gives up on a peer passes; "cancel" for one that can end, as a
+	// request-scoped call passes. epcache runs a creation on the claiming
+	// Get's goroutine only in the first case (see Config.Create).
+	Ctx  string `json:"ctx,omitempty"`
+	Seed uint64 `json:"seed"`
 }
 
 // Result is what a run measured.
@@ -95,6 +101,9 @@ func (s Spec) Name() string {
 	}
 	add("peers", strconv.Itoa(s.Peers))
 	add("goroutines", strconv.Itoa(s.Goroutines))
+	if s.Ctx == "cancel" {
+		add("ctx", s.Ctx)
+	}
 	if s.Workload == "storm" || s.Workload == "flaky" {
 		add("cost", s.Cost)
 	}
@@ -107,6 +116,16 @@ func (s Spec) Name() string {
 		add("reads", strconv.FormatFloat(s.Reads*100, 'g', -1, 64)+"%")
 	}
 	return b.String()
+}
+
+// getContext returns the context the workload's Gets pass (see Spec.Ctx),
+// from the run's ctx: ctx itself for "cancel", otherwise its values without
+// its cancellation, whose Done is nil.
+func (s Spec) getContext(ctx context.Context) context.Context {
+	if s.Ctx == "cancel" {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }
 
 // IsMesh reports whether s runs on a mesh of real endpoints (tcpstorm,
@@ -145,6 +164,8 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("bench: reads %v; want a fraction from 0 to 1", s.Reads)
 	case s.Failures < 0:
 		return fmt.Errorf("bench: failures %d; want 0 or more", s.Failures)
+	case s.Ctx != "" && s.Ctx != "background" && s.Ctx != "cancel":
+		return fmt.Errorf("bench: ctx %q; want background or cancel", s.Ctx)
 	}
 	if _, err := ParseCost(s.Cost); err != nil {
 		return err

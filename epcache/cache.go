@@ -21,9 +21,8 @@ import (
 // Load that returns v, and before the Release of v.
 type Cache[K comparable, V any] struct {
 	table   *shard.Table[K, V] // closing it is Close's first step: hits end there
-	stats   stripes
-	gate    gate
-	closing chan struct{} // closed by Close: wakes waiting Gets
+	stats   stripes            // counters, and the gates of creations and invalidations
+	closing chan struct{}      // closed by Close: wakes waiting Gets
 
 	create  func(context.Context, K) (V, error)
 	release func(K, V)
@@ -31,8 +30,6 @@ type Cache[K comparable, V any] struct {
 	timeout time.Duration
 	ttl     time.Duration
 
-	stopping   []context.Context // cancelled by Close; a creation watches the one of its stripe
-	stop       []context.CancelCauseFunc
 	timeoutErr error         // the cause of a CreateTimeout
 	closeDone  chan struct{} // closed when the first Close returns
 
@@ -50,27 +47,15 @@ func New[K comparable, V any](cfg Config[K, V]) (*Cache[K, V], error) {
 	if err != nil {
 		return nil, err
 	}
-	stripes := newStripes()
-	// One stopping context per stats stripe: contexts derived from it (a
-	// CreateTimeout) register with it under its lock, so a lone one would
-	// serialise the start of every creation.
-	stopping := make([]context.Context, len(stripes))
-	stop := make([]context.CancelCauseFunc, len(stripes))
-	for i := range stopping {
-		stopping[i], stop[i] = context.WithCancelCause(context.Background())
-	}
 	return &Cache[K, V]{
 		table:      t,
-		stats:      stripes,
-		gate:       newGate(),
+		stats:      newStripes(),
 		closing:    make(chan struct{}),
 		create:     cfg.Create,
 		release:    cfg.Release,
 		retry:      cfg.Retry,
 		timeout:    cfg.CreateTimeout,
 		ttl:        cfg.ErrorTTL,
-		stopping:   stopping,
-		stop:       stop,
 		timeoutErr: fmt.Errorf("epcache: creation exceeded CreateTimeout of %v: %w", cfg.CreateTimeout, context.DeadlineExceeded),
 		closeDone:  make(chan struct{}),
 	}, nil
@@ -95,11 +80,6 @@ func (c *Cache[K, V]) Get(ctx context.Context, key K) (V, error) {
 // waits, takes no lock and allocates nothing. After Close it finds nothing.
 func (c *Cache[K, V]) Load(key K) (v V, ok bool) {
 	return c.table.Load(key)
-}
-
-// stoppingFor returns the stopping context of s's stripe.
-func (c *Cache[K, V]) stoppingFor(s *shard.Slot[K, V]) context.Context {
-	return c.stopping[c.stats.index(unsafe.Pointer(s))]
 }
 
 // misser is the Cache seen by its table: the table runs the hit path of Get
@@ -140,15 +120,32 @@ func (c *Cache[K, V]) getSlow(ctx context.Context, key K) (v V, err error) {
 			}
 			fallthrough // the failure has expired: create again
 		case shard.Empty:
-			if !c.gate.enter() {
+			g := &c.stats.of(unsafe.Pointer(s)).gate
+			if !g.enter() {
 				return v, ErrClosed
 			}
-			claim, f, ok := s.Claim(st)
+			cctx, cancel := creationContext(ctx)
+			claim, f, ok := s.Claim(st, cancel)
 			if !ok {
-				c.gate.exit()
+				cancel(nil)
+				g.exit()
 				continue // somebody else moved the slot first
 			}
-			go c.run(ctx, s, claim, f)
+			// Close cancels the creations it finds in the table after it
+			// closed it; this one may have been claimed too late to be found.
+			if c.table.Closed() {
+				cancel(ErrClosed)
+			}
+			if ctx.Done() == nil && c.timeout <= 0 {
+				// Nothing could answer this caller before Create returns:
+				// not its context, which never ends, nor a CreateTimeout.
+				// It runs Create itself, which spares it a goroutine, a
+				// fresh stack for Create and two trips through the
+				// scheduler.
+				c.run(cctx, s, claim, f)
+				return c.outcome(f)
+			}
+			go c.run(cctx, s, claim, f)
 			return c.wait(ctx, s, f)
 		case shard.Dead:
 			s = c.table.LoadOrInsert(key)
@@ -162,16 +159,22 @@ func (c *Cache[K, V]) getSlow(ctx context.Context, key K) (v V, err error) {
 func (c *Cache[K, V]) wait(ctx context.Context, s *shard.Slot[K, V], f *shard.Flight[V]) (v V, err error) {
 	select {
 	case <-f.Done():
-		if c.table.Closed() {
-			return v, ErrClosed // the value, if any, is being released
-		}
-		return f.Result()
+		return c.outcome(f)
 	case <-ctx.Done():
 		c.stats.of(unsafe.Pointer(s)).cancels.Add(1)
 		return v, ctx.Err()
 	case <-c.closing:
 		return v, ErrClosed
 	}
+}
+
+// outcome is what a Get gets from f, whose Done is closed or about to be.
+func (c *Cache[K, V]) outcome(f *shard.Flight[V]) (v V, err error) {
+	<-f.Done()
+	if c.table.Closed() {
+		return v, ErrClosed // the value, if any, is being released
+	}
+	return f.Result()
 }
 
 // Invalidate drops key's value and releases it, reporting true, if the cache
@@ -198,15 +201,18 @@ func (c *Cache[K, V]) CompareAndInvalidate(key K, old V) bool {
 
 func (c *Cache[K, V]) invalidate(key K, match func(V) bool) bool {
 	s := c.table.Lookup(key)
-	if s == nil || !c.gate.enter() {
+	if s == nil {
 		return false
 	}
-	defer c.gate.exit()
+	st := c.stats.of(unsafe.Pointer(s))
+	if !st.gate.enter() {
+		return false
+	}
+	defer st.gate.exit()
 	v, ok := c.table.InvalidateIf(s, match)
 	if !ok {
 		return false
 	}
-	st := c.stats.of(unsafe.Pointer(s))
 	st.ready.Add(-1)
 	c.releaseNow(st, key, v)
 	return true
@@ -216,7 +222,6 @@ func (c *Cache[K, V]) invalidate(key K, match func(V) bool) bool {
 // Release (which propagates) is still counted once.
 func (c *Cache[K, V]) releaseNow(st *stripe, key K, v V) {
 	st.releases.Add(1)
-	st.live.Add(-1)
 	if c.release != nil {
 		defer func() {
 			if r := recover(); r != nil {
@@ -328,10 +333,17 @@ func (c *Cache[K, V]) Close() error {
 	}
 	defer close(c.closeDone)
 	close(c.closing)
-	for _, stop := range c.stop {
-		stop(ErrClosed)
+	// Cancel the creations in flight. One claimed after the table was
+	// closed may be missed here, but then its claimer sees the table closed
+	// and cancels it itself (getSlow).
+	for s := range c.table.All() {
+		if f := s.State().Flight(); f != nil {
+			f.Cancel(ErrClosed)
+		}
 	}
-	c.gate.close()
+	for i := range c.stats {
+		c.stats[i].gate.close()
+	}
 	// No creation is in flight and none can start: sealing sees every value.
 	var values []held[K, V]
 	_ = c.table.Seal(func(s *shard.Slot[K, V], old *shard.State[V]) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -507,6 +508,9 @@ func TestPanicInCreate(t *testing.T) {
 
 var errSentinel = errors.New("sentinel")
 
+// A Create that calls runtime.Goexit answers every waiting caller with
+// ErrGoexit. Where it runs on a goroutine of its own (the claimer's context
+// can end), the claimer is a waiter like the others.
 func TestGoexitInCreate(t *testing.T) {
 	eachHash(t, func(t *testing.T, hash func(int) uint64) {
 		synctest.Test(t, func(t *testing.T) {
@@ -520,9 +524,11 @@ func TestGoexitInCreate(t *testing.T) {
 					return l.create(ctx, key)
 				}
 			})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
 			var rs []<-chan result
 			for range 4 {
-				rs = append(rs, goGet(c, context.Background(), 6))
+				rs = append(rs, goGet(c, ctx, 6))
 			}
 			for _, ch := range rs {
 				assert.ErrorIs(t, (<-ch).err, epcache.ErrGoexit)
@@ -533,6 +539,120 @@ func TestGoexitInCreate(t *testing.T) {
 			assert.Equal(t, 6, v.key)
 		})
 	})
+}
+
+// The other side of that line: a Get whose context can never end runs
+// Create on its own goroutine, so a runtime.Goexit in Create ends that
+// goroutine, as it would end it in any function it calls; the callers
+// waiting on the creation get ErrGoexit, and the key is free again.
+func TestGoexitInCreateOnCallerGoroutine(t *testing.T) {
+	eachHash(t, func(t *testing.T, hash func(int) uint64) {
+		synctest.Test(t, func(t *testing.T) {
+			l := newLedger()
+			g := newGated(l)
+			exits := true
+			c := newCache(t, l, hash, func(cfg *epcache.Config[int, *conn]) {
+				cfg.Create = func(ctx context.Context, key int) (*conn, error) {
+					if exits {
+						g.started <- key
+						<-g.proceed
+						runtime.Goexit()
+					}
+					return l.create(ctx, key)
+				}
+			})
+			claimer := goGetTracked(c, context.Background(), 6)
+			<-g.started
+			var waiters []<-chan tracked
+			for range 3 {
+				waiters = append(waiters, goGetTracked(c, context.Background(), 6))
+			}
+			synctest.Wait()
+			g.proceed <- nil
+			assert.Equal(t, tracked{}, <-claimer, "Goexit ended the goroutine that ran Create")
+			for _, ch := range waiters {
+				r := <-ch
+				assert.True(t, r.returned)
+				assert.ErrorIs(t, r.err, epcache.ErrGoexit)
+			}
+			assert.EqualValues(t, 1, c.Stats().CreateErrors)
+			exits = false
+			v, err := c.Get(context.Background(), 6)
+			require.NoError(t, err)
+			assert.Equal(t, 6, v.key)
+		})
+	})
+}
+
+// tracked is what a Get started by goGetTracked did: returned is false when
+// its goroutine ended inside the Get (runtime.Goexit).
+type tracked struct {
+	returned bool
+	err      error
+}
+
+func goGetTracked(c *epcache.Cache[int, *conn], ctx context.Context, key int) <-chan tracked {
+	ch := make(chan tracked, 1)
+	go func() {
+		var r tracked
+		defer func() { ch <- r }()
+		_, r.err = c.Get(ctx, key)
+		r.returned = true
+	}()
+	return ch
+}
+
+// Create runs on the goroutine of the Get that claimed the key exactly when
+// nothing could answer that Get before Create returns: its context has no
+// Done channel and there is no CreateTimeout. Otherwise it runs on a
+// goroutine of its own, so that the Get can leave on its context. Either
+// way it gets the caller's values and a context of its own that ends when it
+// returns.
+func TestWhereCreateRuns(t *testing.T) {
+	type key struct{}
+	cancelled, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, tc := range []struct {
+		name     string
+		ctx      context.Context
+		timeout  time.Duration
+		onCaller bool
+	}{
+		{"background", context.Background(), 0, true},
+		{"values only", context.WithValue(context.Background(), key{}, "v"), 0, true},
+		{"without cancel", context.WithoutCancel(cancelled), 0, true},
+		{"cancelable", cancelled, 0, false},
+		{"background with CreateTimeout", context.Background(), time.Hour, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stack string
+			var createCtx context.Context
+			c, err := epcache.New(epcache.Config[int, int]{
+				CreateTimeout: tc.timeout,
+				Create: func(ctx context.Context, k int) (int, error) {
+					stack, createCtx = string(debug.Stack()), ctx
+					assert.NoError(t, ctx.Err())
+					return k, nil
+				},
+			})
+			require.NoError(t, err)
+			defer c.Close()
+			ctx := context.WithValue(tc.ctx, key{}, tc.name)
+			v, err := c.Get(ctx, 7)
+			require.NoError(t, err)
+			assert.Equal(t, 7, v)
+			// The subtest's function (func1; Create is func1.1) is on the
+			// stack only if Create ran on the subtest's goroutine.
+			const caller = "TestWhereCreateRuns.func1("
+			if tc.onCaller {
+				assert.Contains(t, stack, caller, "Create ran on the caller's goroutine")
+			} else {
+				assert.NotContains(t, stack, caller, "Create ran on a goroutine of its own")
+			}
+			assert.Equal(t, tc.name, createCtx.Value(key{}), "the caller's values")
+			assert.ErrorIs(t, createCtx.Err(), context.Canceled, "Create's context ended when it returned")
+		})
+	}
 }
 
 func TestInvalidate(t *testing.T) {
@@ -674,7 +794,11 @@ func TestClose(t *testing.T) {
 				g.proceed <- nil
 				require.NoError(t, (<-ch).err)
 			}
-			waiting := goGet(c, context.Background(), 42)
+			// A caller that can leave: its creation runs on a goroutine of
+			// its own, and the caller waits for it like any other.
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			waiting := goGet(c, ctx, 42)
 			synctest.Wait()
 			closed := make(chan error, 1)
 			go func() { closed <- c.Close() }()
@@ -698,6 +822,49 @@ func TestClose(t *testing.T) {
 			assert.Zero(t, c.Len())
 			assert.False(t, c.Invalidate(1))
 			// checkClosed (cleanup) asserts all 6 values were released exactly once.
+		})
+	})
+}
+
+// A caller that cannot leave runs Create itself (see TestWhereCreateRuns):
+// Close answers the callers waiting on that creation at once, cancels the
+// creation's context, and the caller running Create gets ErrClosed once
+// Create returns; the value it made is released.
+func TestCloseDuringCreationOnCallerGoroutine(t *testing.T) {
+	eachHash(t, func(t *testing.T, hash func(int) uint64) {
+		synctest.Test(t, func(t *testing.T) {
+			l := newLedger()
+			g := newGated(l)
+			var cause error
+			c := newCache(t, l, hash, func(cfg *epcache.Config[int, *conn]) {
+				cfg.Create = func(ctx context.Context, key int) (*conn, error) {
+					v, err := g.create(ctx, key)
+					cause = context.Cause(ctx)
+					return v, err
+				}
+			})
+			creating := goGetTracked(c, context.Background(), 42)
+			<-g.started
+			waiting := goGet(c, context.Background(), 42)
+			synctest.Wait()
+			closed := make(chan error, 1)
+			go func() { closed <- c.Close() }()
+			synctest.Wait()
+			assert.ErrorIs(t, (<-waiting).err, epcache.ErrClosed, "a waiting caller is answered by Close")
+			select {
+			case <-creating:
+				t.Fatal("the caller running Create returned before Create did")
+			case <-closed:
+				t.Fatal("Close returned while a creation was in flight")
+			default:
+			}
+			g.proceed <- nil
+			r := <-creating
+			assert.True(t, r.returned)
+			assert.ErrorIs(t, r.err, epcache.ErrClosed)
+			assert.ErrorIs(t, cause, epcache.ErrClosed, "Close cancelled the creation's context")
+			require.NoError(t, <-closed)
+			assert.EqualValues(t, 1, c.Stats().Releases, "the value made during Close was released")
 		})
 	})
 }

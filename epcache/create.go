@@ -11,29 +11,33 @@ import (
 	"github.com/epcache/epcache/shard"
 )
 
-// run is the goroutine of one creation. It runs on its own goroutine, not on
-// the Get that claimed the slot, so that this Get too can leave on its own
-// context, and so that a runtime.Goexit in Create ends only this goroutine.
+// creationContext returns the context of a creation started by a Get with
+// ctx: ctx's values without its cancellation, cancelled by the function
+// returned (when Create returns, and by Close). It registers with no other
+// context, so starting a creation locks nothing shared.
+func creationContext(ctx context.Context) (context.Context, context.CancelCauseFunc) {
+	if ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	return context.WithCancelCause(ctx)
+}
+
+// run is one creation, with ctx from creationContext. It runs on the
+// goroutine of the Get that claimed the slot when that Get can never leave
+// (its context has no Done channel), and otherwise on a goroutine of its
+// own, so that the Get can leave on its own context while the creation goes
+// on for the others.
 //
 // The flight is resolved exactly once, by whichever comes first: the outcome
-// of the attempts, or the end of the creation's context (CreateTimeout or
-// Close), which answers the waiters even if Create ignores its context. The
-// slot is settled only when the creation really ends, so no second creation
-// of the key can overlap this one.
-func (c *Cache[K, V]) run(callerCtx context.Context, s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V]) {
-	defer c.gate.exit()
-	// The creation's context ends when Create returns, as a context passed
-	// to a call does, whether or not there is a CreateTimeout.
-	var ctx context.Context = creationCtx{c.stoppingFor(s), callerCtx}
+// of the attempts, or the end of a CreateTimeout, which answers the waiters
+// even if Create ignores its context. (Close needs no such hook: it answers
+// the waiters itself.) The slot is settled only when the creation really
+// ends, so no second creation of the key can overlap this one.
+func (c *Cache[K, V]) run(ctx context.Context, s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V]) {
+	defer c.stats.of(unsafe.Pointer(s)).gate.exit()
 	var last *atomic.Pointer[failure] // the latest failed attempt, for the timeout's error
 	stopAbandon := func() bool { return false }
-	if c.timeout <= 0 {
-		cctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		ctx = cctx
-	} else {
-		// The timeout answers the waiters even if Create ignores ctx. (Close
-		// needs no such hook: it answers the waiters itself.)
+	if c.timeout > 0 {
 		tctx, cancel := context.WithTimeoutCause(ctx, c.timeout, c.timeoutErr)
 		defer cancel()
 		ctx, last = tctx, new(atomic.Pointer[failure])
@@ -58,6 +62,9 @@ func (c *Cache[K, V]) run(callerCtx context.Context, s *shard.Slot[K, V], claim 
 	)
 	defer func() {
 		stopAbandon()
+		// The creation's context ends when Create returns, as a context
+		// passed to a call does, and before anybody hears of the outcome.
+		f.Cancel(context.Canceled)
 		if !returned {
 			err = ErrGoexit
 		}
@@ -65,27 +72,6 @@ func (c *Cache[K, V]) run(callerCtx context.Context, s *shard.Slot[K, V], claim 
 	}()
 	v, err = c.attempt(ctx, s, last)
 	returned = true
-}
-
-// creationCtx is the context of one creation: the values of the Get that
-// started it, and the cancellation of Close (stopping is a context Close
-// cancels), without the caller's cancellation. It costs one small allocation,
-// and what derives from it registers with a per-stripe context, not one that
-// every creation of the cache locks.
-type creationCtx struct {
-	context.Context                 // stopping: Done, Err, Deadline
-	values          context.Context // the caller's
-}
-
-// Value asks stopping first: it holds no values but the context package's
-// own link to the nearest cancelable context, so contexts that Create derives
-// from this one attach to stopping directly (no goroutine to watch it), and
-// every other key is the caller's.
-func (c creationCtx) Value(key any) any {
-	if v := c.Context.Value(key); v != nil {
-		return v
-	}
-	return c.values.Value(key)
 }
 
 // failure is one failed attempt.
@@ -106,7 +92,7 @@ func (c *Cache[K, V]) attempt(ctx context.Context, s *shard.Slot[K, V], last *at
 	st := c.stats.of(unsafe.Pointer(s))
 	for n := 1; ; n++ {
 		st.attempts.Add(1)
-		if v, err = c.create(ctx, s.Key()); err == nil {
+		if v, err = c.attemptOnce(ctx, s.Key()); err == nil {
 			return v, nil
 		}
 		if last != nil {
@@ -126,6 +112,20 @@ func (c *Cache[K, V]) attempt(ctx context.Context, s *shard.Slot[K, V], last *at
 			return v, ended(ctx, n, err)
 		}
 	}
+}
+
+// attemptOnce is one call of Create. With Retry set, the call gets a context
+// of its own that ends when it returns, as a context passed to a call does,
+// so that nothing the call bound to it lives on into the backoff and the
+// next attempt. Without Retry, the creation's context ends when the one
+// call returns (run), and no second context is needed.
+func (c *Cache[K, V]) attemptOnce(ctx context.Context, key K) (V, error) {
+	if c.retry == nil {
+		return c.create(ctx, key)
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	return c.create(actx, key)
 }
 
 // ended is the error of a creation whose context ended (CreateTimeout,
@@ -160,7 +160,6 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 	st := c.stats.of(unsafe.Pointer(s))
 	if err == nil {
 		st.creates.Add(1)
-		st.live.Add(1)
 	}
 	if f.TryResolve() {
 		if err == nil {
@@ -173,12 +172,15 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 		}
 		st.createErrors.Add(1)
 		var zero V // a failed Create's value, if any, is not kept or handed out
+		// Settle the slot before waking the waiters: free, or answering
+		// the error for ErrorTTL. A failure state of its own, not the
+		// claim, is remembered: the claim's flight holds the creation's
+		// context, and through it the values of the caller's.
+		var failure *shard.State[V]
 		if c.ttl > 0 {
-			// The claim itself becomes the remembered failure.
-			f.Finish(zero, err, time.Now().Add(c.ttl))
-			return
+			failure = shard.NewFailure[V](err, time.Now().Add(c.ttl))
 		}
-		s.Settle(claim, nil) // free the slot before waking the waiters
+		s.Settle(claim, failure)
 		f.Finish(zero, err, time.Time{})
 		return
 	}

@@ -3,7 +3,9 @@ package epcache
 import "sync/atomic"
 
 // gate counts the operations that may still call Release (creations in
-// flight, invalidations) and lets Close wait for them. Unlike a
+// flight, invalidations) and lets Close wait for them. A cache has one per
+// stats stripe, so that operations on different keys do not all write one
+// counter. Unlike a
 // sync.WaitGroup, entering a closed gate fails instead of racing with the
 // wait, so nothing can start a creation after Close stopped waiting.
 type gate struct {
@@ -12,6 +14,9 @@ type gate struct {
 }
 
 const gateClosed = int64(1) << 62
+
+// gateSize is the size of a gate, for the padding of stripe.
+const gateSize = 16
 
 func newGate() gate { return gate{drained: make(chan struct{})} }
 

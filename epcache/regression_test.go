@@ -2,12 +2,14 @@ package epcache_test
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 	"weak"
 
@@ -224,5 +226,98 @@ func TestGoexitInReleaseDuringClose(t *testing.T) {
 	}
 	if st := c.Stats(); st.Releases != 100 || st.Live != 0 {
 		t.Errorf("Stats %+v; want 100 releases, none live", st)
+	}
+}
+
+// Regression (issue 14, 2): with Retry, every attempt got the one context of
+// the whole creation, so whatever attempt 1 bound to its ctx kept running
+// through the backoff and the later attempts. Each attempt's ctx now ends
+// when that attempt returns, and the creation's own when Create last
+// returns; both before any caller hears of the outcome.
+func TestEachAttemptsContextEndsWithIt(t *testing.T) {
+	for _, leavable := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			var (
+				n     atomic.Int32
+				first context.Context
+				last  context.Context
+			)
+			afterFirstReturn := make(chan error, 1)
+			c, err := epcache.New(epcache.Config[int, int]{
+				Create: func(ctx context.Context, k int) (int, error) {
+					if n.Add(1) == 1 {
+						first = ctx
+						return 0, errors.New("not yet")
+					}
+					afterFirstReturn <- first.Err()
+					last = ctx
+					return k, nil
+				},
+				Retry: func(int, error) (time.Duration, bool) { return 20 * time.Millisecond, true },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			if leavable { // Create runs on a goroutine of its own
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				defer cancel()
+			}
+			v, err := c.Get(ctx, 5)
+			if err != nil || v != 5 {
+				t.Fatalf("Get = %d, %v", v, err)
+			}
+			if err := <-afterFirstReturn; !errors.Is(err, context.Canceled) {
+				t.Errorf("attempt 1's ctx after it returned: Err() = %v; want context.Canceled", err)
+			}
+			if err := last.Err(); !errors.Is(err, context.Canceled) {
+				t.Errorf("attempt 2's ctx once Get returned: Err() = %v; want context.Canceled", err)
+			}
+		})
+	}
+}
+
+// Regression (issue 14, 3): Invalidate moved the slot to Dead and took the
+// value before it called Config.Hash again to find the cell; a Hash that
+// panicked on that call left the value out of the cache and never released.
+// Whichever call of Hash panics now, the value is either still held (and
+// released by Close) or released by Invalidate: exactly once either way.
+func TestPanickingHashDuringInvalidateLosesNothing(t *testing.T) {
+	for panicAt := 1; panicAt <= 3; panicAt++ {
+		var calls atomic.Int32 // armed: calls until the panic
+		var released atomic.Int32
+		c, err := epcache.New(epcache.Config[int, *conn]{
+			Create:  func(_ context.Context, k int) (*conn, error) { return &conn{key: k}, nil },
+			Release: func(int, *conn) { released.Add(1) },
+			Hash: func(k int) uint64 {
+				if calls.Add(-1) == 0 {
+					panic("hash")
+				}
+				return uint64(k)
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls.Store(1 << 30)
+		if _, err := c.Get(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		calls.Store(int32(panicAt))
+		invalidated, panicked := func() (ok, panicked bool) {
+			defer func() { panicked = recover() != nil }()
+			return c.Invalidate(1), false
+		}()
+		calls.Store(1 << 30)
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		st := c.Stats()
+		if released.Load() != 1 || st.Releases != 1 || st.Live != 0 || st.Ready != 0 {
+			t.Errorf("Hash panicking at call %d of Invalidate (panicked %t, invalidated %t): %d Releases, Stats %+v; want the value released exactly once",
+				panicAt, panicked, invalidated, released.Load(), st)
+		}
 	}
 }

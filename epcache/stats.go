@@ -26,15 +26,18 @@ type Stats struct {
 	Ready         int64  // values held by the cache now: what Len returns
 }
 
-// stripe is one cache-line-sized set of counters. Counters are written only
-// on slow paths (creations, waits, invalidations), never by a hit, and the
-// writes are spread by key hash so that creations of different keys do not
-// share a cache line. 128 bytes for the adjacent-line prefetcher, as in
-// shard.
+// stripe is one cache-line-sized set of counters, with the gate of the
+// creations and invalidations of the keys whose slots it counts. They are
+// written only on slow paths (creations, waits, invalidations), never by a
+// hit, and the writes are spread by slot address so that creations of
+// different keys do not share a cache line: a creation writes one line of
+// the cache's own, not a line every creation writes. 128 bytes for the
+// adjacent-line prefetcher, as in shard.
 type stripe struct {
 	creates, createErrors, attempts, waits, cancels, errorHits, releases, releasePanics atomic.Uint64
-	live, ready                                                                         atomic.Int64
-	_                                                                                   [128 - 80]byte
+	ready                                                                               atomic.Int64
+	gate                                                                                gate
+	_                                                                                   [128 - 72 - gateSize]byte
 }
 
 type stripes []stripe
@@ -44,7 +47,11 @@ func newStripes() stripes {
 	for n < runtime.GOMAXPROCS(0)*2 && n < 256 {
 		n <<= 1
 	}
-	return make(stripes, n)
+	s := make(stripes, n)
+	for i := range s {
+		s[i].gate = newGate()
+	}
+	return s
 }
 
 // of returns the stripe for a slot. Slots are spread by their address: each
@@ -69,8 +76,8 @@ func (s stripes) sum() Stats {
 		st.ErrorHits += p.errorHits.Load()
 		st.Releases += p.releases.Load()
 		st.ReleasePanics += p.releasePanics.Load()
-		st.Live += p.live.Load()
 		st.Ready += p.ready.Load()
 	}
+	st.Live = int64(st.Creates) - int64(st.Releases)
 	return st
 }

@@ -103,7 +103,7 @@ func (m *tableModel) apply(t *testing.T, tb *shard.Table[int, int], op tableOp, 
 	case topPublish, topAbandon, topFail:
 		s := tb.LoadOrInsert(key)
 		m.seen[key] = s
-		claim, _, ok := s.Claim(s.State())
+		claim, _, ok := s.Claim(s.State(), nil)
 		_, held := m.values[key]
 		// An Empty slot and a remembered failure can be claimed; a value cannot.
 		require.Equal(t, !held, ok, "%s: Claim", step)
@@ -160,7 +160,7 @@ func (m *tableModel) apply(t *testing.T, tb *shard.Table[int, int], op tableOp, 
 			k := m.next
 			s := tb.LoadOrInsert(k)
 			if k%4 == 0 {
-				claim, _, ok := s.Claim(nil)
+				claim, _, ok := s.Claim(nil, nil)
 				require.True(t, ok, "%s: claim of new key %d", step, k)
 				require.True(t, tb.Publish(s, claim, k), step)
 				m.values[k], m.slots[k] = k, s
@@ -171,7 +171,7 @@ func (m *tableModel) apply(t *testing.T, tb *shard.Table[int, int], op tableOp, 
 		if s == nil {
 			return
 		}
-		claim, _, ok := s.Claim(nil)
+		claim, _, ok := s.Claim(nil, nil)
 		if !ok {
 			return
 		}
@@ -270,7 +270,7 @@ func (m *tableModel) seal(t *testing.T, tb *shard.Table[int, int]) {
 		require.False(t, ok)
 		s := tb.LoadOrInsert(k)
 		require.Equal(t, shard.Sealed, s.State().Status())
-		_, _, ok = s.Claim(s.State())
+		_, _, ok = s.Claim(s.State(), nil)
 		require.False(t, ok)
 	}
 }

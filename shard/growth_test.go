@@ -71,7 +71,7 @@ func growTableWhileReading(t *testing.T, writes int) {
 		t0 := time.Now()
 		s := tb.LoadOrInsert(k)
 		slowestWrite = max(slowestWrite, time.Since(t0))
-		claim, _, ok := s.Claim(nil)
+		claim, _, ok := s.Claim(nil, nil)
 		if !ok || !tb.Publish(s, claim, k) {
 			t.Fatalf("publish of key %d", k)
 		}

@@ -38,7 +38,7 @@ func TestSealDuringRebuild(t *testing.T) {
 		for {
 			s := tb.LoadOrInsert(key)
 			key++
-			c, _, ok := s.Claim(nil)
+			c, _, ok := s.Claim(nil, nil)
 			if !ok {
 				t.Fatal("claim")
 			}
@@ -113,7 +113,7 @@ func TestClaimRefusesAbandonedFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := tb.LoadOrInsert(1)
-	claim1, f1, ok := s.Claim(nil)
+	claim1, f1, ok := s.Claim(nil, nil)
 	if !ok {
 		t.Fatal("first claim")
 	}
@@ -126,7 +126,7 @@ func TestClaimRefusesAbandonedFlight(t *testing.T) {
 	if st.Status() != shard.Failed || !st.Flight().Until().IsZero() {
 		t.Fatalf("status %v", st.Status())
 	}
-	if _, _, ok := s.Claim(st); ok {
+	if _, _, ok := s.Claim(st, nil); ok {
 		// Second creation now in flight; the first creator's Settle fails.
 		if s.Settle(claim1, nil) {
 			t.Fatal("unexpected")

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"context"
 	"sync/atomic"
 	"time"
 )
@@ -84,17 +85,15 @@ func (st *State[V]) Status() Status {
 	case flightSealed:
 		return Sealed
 	}
-	select {
-	case <-f.done:
+	if f.finished() {
 		if f.err == nil {
 			// A snapshot taken before the slot was published: the flight
 			// succeeded, and waiting on it returns the value at once.
 			return Creating
 		}
 		return Failed
-	default:
-		return Creating
 	}
+	return Creating
 }
 
 // Flight returns the creation of a Creating or Failed state, or nil.
@@ -120,21 +119,50 @@ const (
 // creator and, for example, a timeout. The winner sets the outcome with
 // Finish, which closes Done; writing the outcome synchronizes before every
 // Result call that follows a receive from Done.
+//
+// A flight carries its own Creating state, and makes its Done channel only
+// when somebody waits, so that a creation nobody waits for costs one
+// allocation.
 type Flight[V any] struct {
-	done     chan struct{}
+	state    State[V]                      // the Creating (later Failed) state of this flight
+	done     atomic.Pointer[chan struct{}] // nil until a waiter or Finish; &closed once finished
 	resolved atomic.Bool
 	kind     flightKind
+	cancel   context.CancelCauseFunc // the creation's context, if the claimer gave one
 	value    V
 	err      error
 	until    time.Time
 }
 
-func newFlight[V any]() *Flight[V] {
-	return &Flight[V]{done: make(chan struct{})}
+// newFlight returns a flight and its state.
+func newFlight[V any](cancel context.CancelCauseFunc) (*State[V], *Flight[V]) {
+	f := &Flight[V]{cancel: cancel}
+	f.state.flight = f
+	return &f.state, f
 }
 
-// Done is closed when the outcome is set.
-func (f *Flight[V]) Done() <-chan struct{} { return f.done }
+// closed is the Done channel of every finished flight.
+var closed = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// finished reports whether Finish has been called.
+func (f *Flight[V]) finished() bool { return f.done.Load() == &closed }
+
+// Done is closed when the outcome is set. The first call before then makes
+// the channel.
+func (f *Flight[V]) Done() <-chan struct{} {
+	if p := f.done.Load(); p != nil {
+		return *p
+	}
+	ch := make(chan struct{})
+	if f.done.CompareAndSwap(nil, &ch) {
+		return ch
+	}
+	return *f.done.Load() // Finish, or another waiter, came first
+}
 
 // TryResolve reports whether the caller won the right to call Finish. It
 // returns true once per flight.
@@ -146,7 +174,9 @@ func (f *Flight[V]) TryResolve() bool { return f.resolved.CompareAndSwap(false, 
 // creation; the zero time means "until the creator settles the slot".
 func (f *Flight[V]) Finish(v V, err error, until time.Time) {
 	f.value, f.err, f.until = v, err, until
-	close(f.done)
+	if p := f.done.Swap(&closed); p != nil {
+		close(*p) // a waiter made it: wake them
+	}
 }
 
 // Result returns the outcome. Call it only after Done is closed.
@@ -155,6 +185,14 @@ func (f *Flight[V]) Result() (V, error) { return f.value, f.err }
 // Until returns the time up to which a failed flight's error is answered; see
 // Finish. Call it only after Done is closed.
 func (f *Flight[V]) Until() time.Time { return f.until }
+
+// Cancel cancels the context the claimer gave to [Slot.Claim], if any, with
+// cause. It may be called any number of times, by anyone, at any time.
+func (f *Flight[V]) Cancel(cause error) {
+	if f.cancel != nil {
+		f.cancel(cause)
+	}
+}
 
 // Slot holds one key, the atomic pointer to its current [State], and the one
 // value it may ever hold. A slot stays at one address for its whole life, so
@@ -187,18 +225,19 @@ func (s *Slot[K, V]) Load() (v V, ok bool) {
 
 // Claim moves the slot from old, which must be the Empty (nil) state or a
 // remembered failure (a Failed state with a non-zero Until) the caller has
-// observed, to Creating. It returns the new state and
-// its flight; ok is false when another goroutine changed the slot first (load
-// the state again and decide anew). The winner owns the flight: it must later
-// call Publish or Settle with the returned state.
-func (s *Slot[K, V]) Claim(old *State[V]) (claim *State[V], f *Flight[V], ok bool) {
+// observed, to Creating. It returns the new state and its flight; ok is false
+// when another goroutine changed the slot first (load the state again and
+// decide anew). The winner owns the flight: it must later call Publish or
+// Settle with the returned state. cancel, if not nil, cancels the creation's
+// context: whoever finds the flight may call it through [Flight.Cancel] (a
+// cache's Close does).
+func (s *Slot[K, V]) Claim(old *State[V], cancel context.CancelCauseFunc) (claim *State[V], f *Flight[V], ok bool) {
 	// A Failed state with a zero Until belongs to a creation still running:
 	// claiming it would start a second one.
 	if old != nil && (old.Status() != Failed || old.flight.until.IsZero()) {
 		return nil, nil, false
 	}
-	f = newFlight[V]()
-	claim = &State[V]{flight: f}
+	claim, f = newFlight[V](cancel)
 	if !s.state.CompareAndSwap(old, claim) {
 		return nil, nil, false
 	}
@@ -215,10 +254,10 @@ func (s *Slot[K, V]) Settle(claim, failure *State[V]) bool {
 // NewFailure returns a Failed state that answers err until the given time,
 // which must not be zero.
 func NewFailure[V any](err error, until time.Time) *State[V] {
-	f := newFlight[V]()
+	st, f := newFlight[V](nil)
 	f.resolved.Store(true)
 	f.Finish(*new(V), err, until)
-	return &State[V]{flight: f}
+	return st
 }
 
 // Forget moves a slot from old, a remembered failure (Failed, non-zero

@@ -386,8 +386,12 @@ func (t *Table[K, V]) Invalidate(s *Slot[K, V]) (v V, ok bool) {
 
 // InvalidateIf is Invalidate, done only if match (when not nil) reports true
 // for the held value. match may be called more than once, never with a lock
-// held.
+// held. If match or the table's hash (Options.Hash) panics, the slot is
+// left as it was.
 func (t *Table[K, V]) InvalidateIf(s *Slot[K, V], match func(V) bool) (v V, ok bool) {
+	// Hashed before the slot changes: once it is Dead, the caller owns the
+	// value, and a panic in the caller's Hash would lose it.
+	h := t.Hash(s.key)
 	for {
 		st := s.state.Load()
 		if st != t.ready || (match != nil && !match(s.value)) {
@@ -398,7 +402,6 @@ func (t *Table[K, V]) InvalidateIf(s *Slot[K, V], match func(V) bool) (v V, ok b
 			break
 		}
 	}
-	h := t.Hash(s.key)
 	sh := t.shardOf(h)
 	sh.mu.Lock()
 	if c := t.cellOf(sh.cells.Load(), s.key, h); c != nil && c.slot.Load() == s {

@@ -24,7 +24,7 @@ func newTable[K comparable, V any](t testing.TB, opt shard.Options[K]) *shard.Ta
 func publish[K comparable, V any](t testing.TB, tb *shard.Table[K, V], key K, v V) *shard.Slot[K, V] {
 	t.Helper()
 	s := tb.LoadOrInsert(key)
-	claim, f, ok := s.Claim(s.State())
+	claim, f, ok := s.Claim(s.State(), nil)
 	require.True(t, ok, "claim of %v", key)
 	require.NotNil(t, f)
 	require.True(t, tb.Publish(s, claim, v))
@@ -87,13 +87,13 @@ func TestStateMachine(t *testing.T) {
 	_, ok := s.Load()
 	assert.False(t, ok)
 
-	claim, f, ok := s.Claim(nil)
+	claim, f, ok := s.Claim(nil, nil)
 	require.True(t, ok)
 	assert.Equal(t, shard.Creating, s.State().Status())
 	assert.Same(t, f, s.State().Flight())
-	_, _, ok = s.Claim(nil)
+	_, _, ok = s.Claim(nil, nil)
 	assert.False(t, ok, "a second claim of one slot fails")
-	_, _, ok = s.Claim(claim)
+	_, _, ok = s.Claim(claim, nil)
 	assert.False(t, ok, "a Creating state cannot be claimed")
 	_, ok = tb.Invalidate(s)
 	assert.False(t, ok, "a Creating slot is not invalidated")
@@ -120,7 +120,7 @@ func TestStateMachine(t *testing.T) {
 	assert.True(t, ok)
 	assert.Equal(t, 7, v)
 	assert.Equal(t, shard.Dead, s.State().Status(), "a slot holds one value in its life")
-	_, _, ok = s.Claim(nil)
+	_, _, ok = s.Claim(nil, nil)
 	assert.False(t, ok, "a Dead slot cannot be claimed")
 	_, ok = tb.Invalidate(s)
 	assert.False(t, ok)
@@ -130,7 +130,7 @@ func TestStateMachine(t *testing.T) {
 	require.NotSame(t, s, fresh)
 	assert.Same(t, fresh, tb.Lookup("peer"), "Invalidate put the fresh slot in the cell")
 	s = fresh
-	claim, _, ok = s.Claim(nil)
+	claim, _, ok = s.Claim(nil, nil)
 	require.True(t, ok)
 	require.True(t, tb.Publish(s, claim, 9))
 	v, ok = tb.Invalidate(s)
@@ -139,7 +139,7 @@ func TestStateMachine(t *testing.T) {
 	s = tb.LoadOrInsert("peer")
 
 	// Failure, remembered, then claimed again or forgotten.
-	claim, _, ok = s.Claim(nil)
+	claim, _, ok = s.Claim(nil, nil)
 	require.True(t, ok)
 	boom := errors.New("boom")
 	until := time.Now().Add(time.Hour)
@@ -152,10 +152,10 @@ func TestStateMachine(t *testing.T) {
 	assert.False(t, s.Forget(claim), "stale state")
 	assert.True(t, s.Forget(failed))
 	assert.Equal(t, shard.Empty, s.State().Status())
-	claim, _, ok = s.Claim(nil)
+	claim, _, ok = s.Claim(nil, nil)
 	require.True(t, ok)
 	require.True(t, s.Settle(claim, failed))
-	_, _, ok = s.Claim(failed)
+	_, _, ok = s.Claim(failed, nil)
 	assert.True(t, ok, "a Failed state can be claimed")
 
 	assert.Equal(t, "sealed", shard.Sealed.String())
@@ -169,7 +169,7 @@ func TestSeal(t *testing.T) {
 	}
 	tb.LoadOrInsert(1000) // Empty: not reported
 	creating := tb.LoadOrInsert(2000)
-	_, _, ok := creating.Claim(nil)
+	_, _, ok := creating.Claim(nil, nil)
 	require.True(t, ok)
 	seen := map[int]shard.Status{}
 	require.NoError(t, tb.Seal(func(s *shard.Slot[int, string], old *shard.State[string]) {
@@ -188,7 +188,7 @@ func TestSeal(t *testing.T) {
 	}
 	s := tb.LoadOrInsert(5000)
 	assert.Equal(t, shard.Sealed, s.State().Status(), "slots inserted after Seal are born sealed")
-	_, _, ok = s.Claim(s.State())
+	_, _, ok = s.Claim(s.State(), nil)
 	assert.False(t, ok)
 	assert.ErrorIs(t, tb.Seal(func(*shard.Slot[int, string], *shard.State[string]) {}), shard.ErrSealed)
 }
@@ -207,7 +207,7 @@ func TestCompactionDropsOnlyEmptySlots(t *testing.T) {
 		}
 	}
 	claimed := tb.LoadOrInsert(100)
-	_, _, ok := claimed.Claim(nil)
+	_, _, ok := claimed.Claim(nil, nil)
 	require.True(t, ok)
 	kept[100] = claimed
 	for k := 200; k < 200+1000; k++ {
@@ -218,7 +218,7 @@ func TestCompactionDropsOnlyEmptySlots(t *testing.T) {
 	}
 	for _, s := range dropped {
 		assert.Equal(t, shard.Dead, s.State().Status())
-		_, _, ok := s.Claim(nil)
+		_, _, ok := s.Claim(nil, nil)
 		assert.False(t, ok, "a Dead slot cannot be claimed")
 		fresh := tb.LoadOrInsert(s.Key())
 		assert.NotSame(t, s, fresh, "the key gets a new slot")
@@ -255,7 +255,7 @@ func TestReadersDoNotLock(t *testing.T) {
 		assert.True(t, ok)
 		assert.Equal(t, 1, v)
 		assert.Nil(t, tb.Lookup("zzz"))
-		claim, _, ok := b.Claim(nil)
+		claim, _, ok := b.Claim(nil, nil)
 		assert.True(t, ok, "claiming never locks")
 		assert.True(t, tb.Publish(b, claim, 2))
 	}()
@@ -303,7 +303,7 @@ func TestConcurrentGrowthAndClaims(t *testing.T) {
 						k := w*perWriter + i
 						for {
 							s := tb.LoadOrInsert(k)
-							claim, _, ok := s.Claim(nil)
+							claim, _, ok := s.Claim(nil, nil)
 							if !ok {
 								// Only compaction can take an Empty slot from its sole claimer.
 								if st := s.State().Status(); st != shard.Dead {

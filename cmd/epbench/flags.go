@@ -122,6 +122,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	goroutines := &listFlag[int]{parse: positiveInt("-goroutines")}
 	procs := &listFlag[int]{vals: defaultProcs(), parse: positiveInt("-procs")}
 	reads := &listFlag[float64]{vals: []float64{1, 0.99, 0.9}, parse: fraction("-reads")}
+	ctxs := &listFlag[string]{vals: []string{"background"}, parse: oneOf("-ctx", "background", "cancel")}
 	fs.StringVar(&o.suite, "suite", "default", "the suite to run when no workload or size flag is given: default, quick, full or ci")
 	fs.Var(impls, "impl", "implementations to run: "+strings.Join(bench.ImplNames(), ", "))
 	fs.Var(workloads, "workload", "workloads to run: "+strings.Join(bench.Workloads, ", "))
@@ -131,6 +132,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Var(goroutines, "goroutines", "numbers of goroutines G (default: GOMAXPROCS for hit, churn and mixed; 64 for storm and flaky; 8 per peer for tcpstorm)")
 	fs.Var(procs, "procs", "GOMAXPROCS values to run under, such as 1,2,4,8,16 for a scaling sweep")
 	fs.Var(reads, "reads", "mixed: read ratios, as fractions or percentages")
+	fs.Var(ctxs, "ctx", "contexts the Gets pass: background (never ends: epcache creates on the claiming goroutine), cancel (can end: epcache creates on a goroutine of its own)")
 	fs.DurationVar(&o.duration, "duration", time.Second, "how long each hit, churn and mixed run measures")
 	fs.StringVar(&o.cost, "cost", "sleep:1ms", "creation cost model: none, sleep:D, spin:D or lognormal:MEDIAN:SIGMA (storm, churn, flaky, mixed)")
 	fs.Float64Var(&o.churn, "churn", 0.01, "churn: fraction of operations that report their endpoint as failed")
@@ -141,6 +143,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.format, "format", "table", "output on stdout: table, json, csv or bench (Go benchmark format, for benchstat)")
 	fs.StringVar(&o.compare, "compare", "", "baseline results.json to compare with: ratios measured in this run against the baseline's; fails past -margin")
 	fs.Float64Var(&o.margin, "margin", 2, "with -compare: how many times worse than the baseline a ratio may be")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the runs to this file (go tool pprof)")
+	fs.StringVar(&o.trace, "trace", "", "write an execution trace of the runs to this file (go tool trace): scheduler latency, blocking, creations")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stderr, usageHead)
@@ -175,8 +179,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, usageError{fmt.Errorf("-margin %v: want at least 1", o.margin)}
 	}
 	o.impls, o.workloads, o.keys, o.dists = impls.vals, workloads.vals, keys.vals, dists.vals
-	o.peers, o.goroutines, o.procs, o.reads = peers.vals, goroutines.vals, procs.vals, reads.vals
-	if workloads.set || keys.set || dists.set || peers.set || goroutines.set || reads.set {
+	o.peers, o.goroutines, o.procs, o.reads, o.ctxs = peers.vals, goroutines.vals, procs.vals, reads.vals, ctxs.vals
+	if workloads.set || keys.set || dists.set || peers.set || goroutines.set || reads.set || ctxs.set {
 		o.suite = "" // a custom suite
 	}
 	return o, nil

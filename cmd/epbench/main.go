@@ -16,6 +16,9 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
+	"runtime/trace"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,6 +58,7 @@ type options struct {
 	goroutines []int
 	procs      []int
 	reads      []float64
+	ctxs       []string
 	duration   time.Duration
 	cost       string
 	churn      float64
@@ -65,6 +69,8 @@ type options struct {
 	format     string
 	compare    string
 	margin     float64
+	cpuprofile string
+	trace      string
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -79,7 +85,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
 
+	stopProfiles, err := startProfiles(o.cpuprofile, o.trace)
+	if err != nil {
+		return err
+	}
 	results, err := runAll(ctx, specs, o.count, stderr)
+	if perr := stopProfiles(); err == nil {
+		err = perr
+	}
 	if err != nil {
 		return err
 	}
@@ -166,6 +179,48 @@ func writeDir(dir string, results []bench.Result) error {
 		}
 	}
 	return writeCharts(dir, results)
+}
+
+// startProfiles starts a CPU profile and an execution trace (runtime/trace,
+// for go tool trace) into the files named, where they are not empty; the
+// function it returns stops them and closes the files.
+func startProfiles(cpuprofile, traceFile string) (stop func() error, err error) {
+	var stops []func() error
+	stop = func() error {
+		var errs []error
+		for _, s := range slices.Backward(stops) {
+			errs = append(errs, s())
+		}
+		return errors.Join(errs...)
+	}
+	open := func(name string) (*os.File, error) {
+		f, err := os.Create(name)
+		if err == nil {
+			stops = append(stops, f.Close)
+		}
+		return f, err
+	}
+	if cpuprofile != "" {
+		f, err := open(cpuprofile)
+		if err != nil {
+			return nil, errors.Join(err, stop())
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, errors.Join(fmt.Errorf("-cpuprofile: %w", err), stop())
+		}
+		stops = append(stops, func() error { pprof.StopCPUProfile(); return nil })
+	}
+	if traceFile != "" {
+		f, err := open(traceFile)
+		if err != nil {
+			return nil, errors.Join(err, stop())
+		}
+		if err := trace.Start(f); err != nil {
+			return nil, errors.Join(fmt.Errorf("-trace: %w", err), stop())
+		}
+		stops = append(stops, func() error { trace.Stop(); return nil })
+	}
+	return stop, nil
 }
 
 func defaultProcs() []int { return []int{runtime.GOMAXPROCS(0)} }

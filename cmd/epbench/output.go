@@ -138,10 +138,10 @@ func si(v float64) string {
 	return fmt.Sprintf("%.0f", v)
 }
 
-var csvHeader = []string{"name", "workload", "impl", "keys", "dist", "peers", "goroutines", "procs", "cost", "churn", "failures", "reads",
+var csvHeader = []string{"name", "workload", "impl", "keys", "dist", "peers", "goroutines", "procs", "cost", "churn", "failures", "reads", "ctx",
 	"ops", "elapsed_ns", "ops_per_sec", "ns_per_op", "completion_ns", "p50_ns", "p99_ns", "p999_ns", "max_ns", "latency_sampling",
 	"allocs_per_op", "bytes_per_entry", "creates", "attempts", "distinct", "invalidations", "duplicates", "releases", "leaked",
-	"double_releases", "overlap", "errors", "mean_create_ns", "failure"}
+	"double_releases", "overlap", "concurrency", "errors", "mean_create_ns", "failure"}
 
 func writeCSV(w io.Writer, results []bench.Result) error {
 	cw := csv.NewWriter(w)
@@ -149,12 +149,12 @@ func writeCSV(w io.Writer, results []bench.Result) error {
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 	for _, r := range results {
 		cw.Write([]string{r.Name(), r.Workload, r.Impl, r.Keys, r.Dist, strconv.Itoa(r.Peers), strconv.Itoa(r.Goroutines),
-			strconv.Itoa(r.Procs), r.Cost, f(r.Churn), strconv.Itoa(r.Failures), f(r.Reads),
+			strconv.Itoa(r.Procs), r.Cost, f(r.Churn), strconv.Itoa(r.Failures), f(r.Reads), r.Ctx,
 			fmt.Sprint(r.Ops), fmt.Sprint(int64(r.Elapsed)), f(r.OpsPerSec), f(r.NsPerOp), fmt.Sprint(int64(r.Completion)),
 			fmt.Sprint(int64(r.P50)), fmt.Sprint(int64(r.P99)), fmt.Sprint(int64(r.P999)), fmt.Sprint(int64(r.Max)), strconv.Itoa(r.Sampling),
 			f(r.AllocsPerOp), f(r.BytesPerEntry), fmt.Sprint(r.Creates), fmt.Sprint(r.Attempts), fmt.Sprint(r.Distinct),
 			fmt.Sprint(r.Invalidations), fmt.Sprint(r.Duplicates), fmt.Sprint(r.Releases), fmt.Sprint(r.Leaked),
-			fmt.Sprint(r.DoubleReleases), strconv.Itoa(r.Overlap), fmt.Sprint(r.Errors), fmt.Sprint(int64(r.MeanCreate)), r.Failure})
+			fmt.Sprint(r.DoubleReleases), strconv.Itoa(r.Overlap), strconv.Itoa(r.Concurrency), fmt.Sprint(r.Errors), fmt.Sprint(int64(r.MeanCreate)), r.Failure})
 	}
 	cw.Flush()
 	return cw.Error()

@@ -57,9 +57,14 @@ func (o options) specs() ([]bench.Spec, error) {
 					for _, g := range gs {
 						for _, dist := range dists {
 							for _, r := range reads {
-								s := base
-								s.Workload, s.Keys, s.Peers, s.Goroutines, s.Dist, s.Reads = w, k, p, g, dist, r
-								add(s, all)
+								for _, cx := range o.ctxs {
+									s := base
+									s.Workload, s.Keys, s.Peers, s.Goroutines, s.Dist, s.Reads = w, k, p, g, dist, r
+									if cx == "cancel" {
+										s.Ctx = cx
+									}
+									add(s, all)
+								}
 							}
 						}
 					}
