@@ -106,7 +106,7 @@ test-ucx: ## UCX transport and ucxstorm with -tags ucx: vet, staticcheck, race t
 	$(GO) test -tags ucx -run '^$$' -bench . -benchtime 1x ./transport/ucx/...
 
 .PHONY: results-ucx
-results-ucx: ## ucxstorm at 16 peers into results/ucxstorm.txt, machine and command first (needs libucx-dev; seconds)
-	{ echo "$$(nproc) × $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), UCX $$(dpkg-query -W -f='$${Version}' libucx-dev 2>/dev/null || echo unknown), $$($(GO) version | cut -d' ' -f3-); command: $(GO) run -tags ucx ./cmd/epbench -workload ucxstorm -peers 16"; \
-	  $(GO) run -tags ucx ./cmd/epbench -workload ucxstorm -peers 16; } > $(RESULTS)/ucxstorm.txt.tmp
+results-ucx: ## ucxstorm at 16 peers, rtt 0 and 1ms, medians of 5, into results/ucxstorm.txt, machine and command first (needs libucx-dev; a minute)
+	{ echo "$$(nproc) × $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), UCX $$(dpkg-query -W -f='$${Version}' libucx-dev 2>/dev/null || echo unknown), $$($(GO) version | cut -d' ' -f3-); command: $(GO) run -tags ucx ./cmd/epbench -workload ucxstorm -keys uint64 -peers 16 -rtt 0,1ms -count 5"; \
+	  $(GO) run -tags ucx ./cmd/epbench -workload ucxstorm -keys uint64 -peers 16 -rtt 0,1ms -count 5; } > $(RESULTS)/ucxstorm.txt.tmp
 	mv $(RESULTS)/ucxstorm.txt.tmp $(RESULTS)/ucxstorm.txt

@@ -100,6 +100,41 @@ func TestStormOverlapsCreations(t *testing.T) {
 	assert.Equal(t, 1, mu.Concurrency, "the mutex serialises every creation")
 }
 
+// epcache with a context that can end creates on goroutines of its own: the
+// same promises hold in every workload.
+func TestEpcacheWithCancelableContext(t *testing.T) {
+	for _, w := range bench.Workloads {
+		t.Run(w, func(t *testing.T) {
+			s := spec(w, "epcache", "uint64")
+			s.Ctx = "cancel"
+			switch w {
+			case "storm", "flaky":
+				s.Cost = "sleep:100us"
+			case "tcpstorm", "ucxstorm":
+				s.Peers, s.Goroutines = 8, 4
+			}
+			r, err := bench.Run(context.Background(), s)
+			require.NoError(t, err)
+			assert.Empty(t, r.Failure)
+			assert.Equal(t, r.Creates, r.Releases)
+			assert.Contains(t, r.Name(), "/ctx=cancel")
+		})
+	}
+}
+
+// A modelled round trip delays every connection's setup by at least RTT per
+// round trip (a timer never fires early), and changes nothing else.
+func TestMeshRTT(t *testing.T) {
+	s := spec("tcpstorm", "epcache", "uint64")
+	s.Peers, s.Goroutines, s.RTT = 8, 2, 2*time.Millisecond
+	r, err := bench.Run(context.Background(), s)
+	require.NoError(t, err)
+	assert.Empty(t, r.Failure)
+	assert.EqualValues(t, s.Peers*(s.Peers-1), r.Creates, "one connection per pair and direction")
+	assert.GreaterOrEqual(t, r.MeanCreate, s.RTT, "each setup waited for its round trip")
+	assert.Contains(t, r.Name(), "/rtt=2ms")
+}
+
 // The ledger catches what a broken cache does: a cache that never releases
 // leaks, and the run says so.
 func TestLedgerCatchesLeaksAndOverlap(t *testing.T) {
@@ -139,6 +174,9 @@ func TestBadSpecs(t *testing.T) {
 		{func(s *bench.Spec) { s.Duration = 0 }, "duration 0s"},
 		{func(s *bench.Spec) { s.Cost = "sleep:soon" }, `cost "sleep:soon"`},
 		{func(s *bench.Spec) { s.Churn = 2 }, "churn 2"},
+		{func(s *bench.Spec) { s.Ctx = "todo" }, `ctx "todo"`},
+		{func(s *bench.Spec) { s.RTT = -time.Millisecond }, "rtt -1ms"},
+		{func(s *bench.Spec) { s.RTT = time.Millisecond }, "only the mesh workloads"},
 	} {
 		s := spec("hit", "epcache", "uint64")
 		tc.mutate(&s)

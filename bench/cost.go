@@ -85,12 +85,5 @@ func (c Cost) Pay(ctx context.Context) error {
 	case "lognormal":
 		d = time.Duration(float64(c.median) * math.Exp(c.sigma*rand.NormFloat64()))
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return delay(ctx, d)
 }

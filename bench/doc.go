@@ -38,6 +38,22 @@
 //     backoff.
 //   - mixed: a read ratio (100%, 99%, 90%) of Gets, the rest Invalidates of a
 //     random peer, which the next Get of that peer re-creates.
+//   - tcpstorm (and ucxstorm, with -tags ucx): P peers, each with its own
+//     comparator and G goroutines, all connecting to each other at once over
+//     real loopback connections (UCX endpoints). Spec.RTT models network
+//     delay: each connection's setup first waits RTT per round trip it
+//     waits for (a timer: a model, not a measurement). The first storm of a
+//     mesh size in a process is run and discarded, since it pays for the
+//     process's first sockets and goroutine stacks.
+//
+// Every workload's Gets pass either a context that never ends (Spec.Ctx
+// "background", the default: a send that never gives up on its peer) or one
+// that can ("cancel"); epcache runs a creation on the claiming goroutine
+// only in the first case.
+//
+// Storms allocate everything the harness records before their clock starts,
+// and release their goroutines only once all of them are parked at the
+// barrier.
 //
 // Creation cost follows a [Cost] model: none, fixed (sleep:1ms, spin:20us) or
 // heavy-tailed (lognormal:500us:1.5, a sub-millisecond median with a tail of
@@ -49,9 +65,10 @@
 //
 // ops/s, ns/op, Get latency p50/p99/p999/max (HdrHistogram; in the steady
 // workloads one Get in 64 is timed), allocs/op, bytes per entry, creates,
-// duplicates, releases, leaked (creates − releases after Close) and
-// overlap (the most creations of one peer in flight at once; above 1 breaks
-// exactly-once). Duplicates are counted per peer: creations beyond the first
+// duplicates, releases, leaked (creates − releases after Close), overlap
+// (the most creations of one peer in flight at once; above 1 breaks
+// exactly-once) and concurrency (the most creations in flight at once, all
+// peers together; 1 for a comparator that serialises them). Duplicates are counted per peer: creations beyond the first
 // and beyond one for each time the workload invalidated the peer on purpose.
 // A run that leaks is a failure.
 package bench

@@ -18,6 +18,9 @@ type mesh interface {
 	// open makes an endpoint from peer from to peer to. It may be called by
 	// many goroutines at once, for the same pair too: that is the point.
 	open(ctx context.Context, from, to int) (io.Closer, error)
+	// roundTrips is how many round trips opening an endpoint waits for:
+	// what Spec.RTT is paid for, per endpoint.
+	roundTrips() int
 	// close tears the peers down, once every endpoint is closed.
 	close() error
 }
@@ -48,7 +51,12 @@ func meshStorm[K comparable](ctx context.Context, s Spec, ks keySet[K], dense bo
 		env := Env[K]{
 			Create: func(ctx context.Context, k K) (*Endpoint, error) {
 				to := ks.peer(k)
-				return l.Make(ctx, from*P+to, func(ctx context.Context) (io.Closer, error) { return m.open(ctx, from, to) })
+				return l.Make(ctx, from*P+to, func(ctx context.Context) (io.Closer, error) {
+					if err := delay(ctx, s.RTT*time.Duration(m.roundTrips())); err != nil {
+						return nil, err
+					}
+					return m.open(ctx, from, to)
+				})
 			},
 			Release: func(_ K, ep *Endpoint) { l.Release(ep) },
 			Peers:   P,
@@ -91,6 +99,22 @@ func meshStorm[K comparable](ctx context.Context, s Spec, ks keySet[K], dense bo
 	}
 	r.FDsBefore, r.FDsAfter = fdsBefore, openFDs()
 	return ph, l, closeErr
+}
+
+// delay waits d (a modelled network delay, a creation's cost) or until ctx
+// ends, whichever comes first, and returns ctx's error in the second case.
+func delay(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 var netpollOnce sync.Once

@@ -63,4 +63,8 @@ func (m *ucxMesh) open(ctx context.Context, from, to int) (io.Closer, error) {
 	return m.workers[from].Connect(ctx, m.addrs[to], to)
 }
 
+// roundTrips: UCX's TCP transport connects (one round trip), then the
+// wire-up request waits for the peer's reply, which the flush waits for.
+func (m *ucxMesh) roundTrips() int { return 2 }
+
 func (m *ucxMesh) close() error { return m.ctx.Close() }

@@ -124,17 +124,15 @@ func (c *Cache[K, V]) getSlow(ctx context.Context, key K) (v V, err error) {
 			if !g.enter() {
 				return v, ErrClosed
 			}
-			cctx, cancel := creationContext(ctx)
-			claim, f, ok := s.Claim(st, cancel)
+			claim, f, ok := s.Claim(st, valuesOf(ctx))
 			if !ok {
-				cancel(nil)
 				g.exit()
 				continue // somebody else moved the slot first
 			}
 			// Close cancels the creations it finds in the table after it
 			// closed it; this one may have been claimed too late to be found.
 			if c.table.Closed() {
-				cancel(ErrClosed)
+				f.Cancel(ErrClosed)
 			}
 			if ctx.Done() == nil && c.timeout <= 0 {
 				// Nothing could answer this caller before Create returns:
@@ -142,10 +140,10 @@ func (c *Cache[K, V]) getSlow(ctx context.Context, key K) (v V, err error) {
 				// It runs Create itself, which spares it a goroutine, a
 				// fresh stack for Create and two trips through the
 				// scheduler.
-				c.run(cctx, s, claim, f)
+				c.run(s, claim, f)
 				return c.outcome(f)
 			}
-			go c.run(cctx, s, claim, f)
+			go c.run(s, claim, f)
 			return c.wait(ctx, s, f)
 		case shard.Dead:
 			s = c.table.LoadOrInsert(key)

@@ -11,18 +11,17 @@ import (
 	"github.com/epcache/epcache/shard"
 )
 
-// creationContext returns the context of a creation started by a Get with
-// ctx: ctx's values without its cancellation, cancelled by the function
-// returned (when Create returns, and by Close). It registers with no other
-// context, so starting a creation locks nothing shared.
-func creationContext(ctx context.Context) (context.Context, context.CancelCauseFunc) {
-	if ctx.Done() != nil {
-		ctx = context.WithoutCancel(ctx)
+// valuesOf returns ctx's values without its cancellation: the parent of a
+// creation's context (shard.Flight.Context), which ends only when Create
+// returns, or by CreateTimeout or Close.
+func valuesOf(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx // nothing to take away, and nothing to allocate
 	}
-	return context.WithCancelCause(ctx)
+	return context.WithoutCancel(ctx)
 }
 
-// run is one creation, with ctx from creationContext. It runs on the
+// run is one creation, in the context of its flight. It runs on the
 // goroutine of the Get that claimed the slot when that Get can never leave
 // (its context has no Done channel), and otherwise on a goroutine of its
 // own, so that the Get can leave on its own context while the creation goes
@@ -33,8 +32,9 @@ func creationContext(ctx context.Context) (context.Context, context.CancelCauseF
 // even if Create ignores its context. (Close needs no such hook: it answers
 // the waiters itself.) The slot is settled only when the creation really
 // ends, so no second creation of the key can overlap this one.
-func (c *Cache[K, V]) run(ctx context.Context, s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V]) {
+func (c *Cache[K, V]) run(s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V]) {
 	defer c.stats.of(unsafe.Pointer(s)).gate.exit()
+	ctx := f.Context()
 	var last *atomic.Pointer[failure] // the latest failed attempt, for the timeout's error
 	stopAbandon := func() bool { return false }
 	if c.timeout > 0 {

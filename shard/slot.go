@@ -128,15 +128,16 @@ type Flight[V any] struct {
 	done     atomic.Pointer[chan struct{}] // nil until a waiter or Finish; &closed once finished
 	resolved atomic.Bool
 	kind     flightKind
-	cancel   context.CancelCauseFunc // the creation's context, if the claimer gave one
+	ctx      flightCtx // the creation's context
 	value    V
 	err      error
 	until    time.Time
 }
 
 // newFlight returns a flight and its state.
-func newFlight[V any](cancel context.CancelCauseFunc) (*State[V], *Flight[V]) {
-	f := &Flight[V]{cancel: cancel}
+func newFlight[V any](parent context.Context) (*State[V], *Flight[V]) {
+	f := &Flight[V]{}
+	f.ctx.parent = parent
 	f.state.flight = f
 	return &f.state, f
 }
@@ -186,13 +187,15 @@ func (f *Flight[V]) Result() (V, error) { return f.value, f.err }
 // Finish. Call it only after Done is closed.
 func (f *Flight[V]) Until() time.Time { return f.until }
 
-// Cancel cancels the context the claimer gave to [Slot.Claim], if any, with
-// cause. It may be called any number of times, by anyone, at any time.
-func (f *Flight[V]) Cancel(cause error) {
-	if f.cancel != nil {
-		f.cancel(cause)
-	}
-}
+// Context returns the creation's context: the values of the parent given to
+// [Slot.Claim], without its cancellation (the parent's Done must be nil),
+// cancelled by Cancel. It costs nothing until one of its methods is called.
+func (f *Flight[V]) Context() context.Context { return &f.ctx }
+
+// Cancel cancels the creation's context (see Context) with cause; the first
+// cause given is kept. It may be called any number of times, by anyone, at
+// any time.
+func (f *Flight[V]) Cancel(cause error) { f.ctx.end(cause) }
 
 // Slot holds one key, the atomic pointer to its current [State], and the one
 // value it may ever hold. A slot stays at one address for its whole life, so
@@ -228,16 +231,16 @@ func (s *Slot[K, V]) Load() (v V, ok bool) {
 // observed, to Creating. It returns the new state and its flight; ok is false
 // when another goroutine changed the slot first (load the state again and
 // decide anew). The winner owns the flight: it must later call Publish or
-// Settle with the returned state. cancel, if not nil, cancels the creation's
-// context: whoever finds the flight may call it through [Flight.Cancel] (a
-// cache's Close does).
-func (s *Slot[K, V]) Claim(old *State[V], cancel context.CancelCauseFunc) (claim *State[V], f *Flight[V], ok bool) {
+// Settle with the returned state. parent gives the values of the creation's
+// context ([Flight.Context]); its Done must be nil (see
+// context.WithoutCancel).
+func (s *Slot[K, V]) Claim(old *State[V], parent context.Context) (claim *State[V], f *Flight[V], ok bool) {
 	// A Failed state with a zero Until belongs to a creation still running:
 	// claiming it would start a second one.
 	if old != nil && (old.Status() != Failed || old.flight.until.IsZero()) {
 		return nil, nil, false
 	}
-	claim, f = newFlight[V](cancel)
+	claim, f = newFlight[V](parent)
 	if !s.state.CompareAndSwap(old, claim) {
 		return nil, nil, false
 	}

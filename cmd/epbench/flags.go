@@ -60,6 +60,16 @@ func positiveInt(flagName string) func(string) (int, error) {
 	}
 }
 
+func nonNegativeDuration(flagName string) func(string) (time.Duration, error) {
+	return func(s string) (time.Duration, error) {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return 0, fmt.Errorf("%s %q: want a Go duration of 0 or more, such as 1ms", flagName, s)
+		}
+		return d, nil
+	}
+}
+
 func fraction(flagName string) func(string) (float64, error) {
 	return func(s string) (float64, error) {
 		pct := strings.HasSuffix(s, "%")
@@ -92,17 +102,25 @@ Workloads:
   mixed   -reads of the operations are Gets, the rest Invalidates
   tcpstorm  P peers on loopback TCP, each with its own cache and G goroutines,
           all connecting to each other at once: connections opened,
-          duplicates, file descriptors before and after
+          duplicates, file descriptors before and after; -rtt adds a
+          modelled network round trip to each connection's setup
   ucxstorm  the same with UCX endpoints between P workers (a binary built
           with -tags ucx: go run -tags ucx ./cmd/epbench -workload ucxstorm)
 
 Suites (-suite):
-  default  hit, storm, churn, flaky and mixed at 1,024 peers, tcpstorm at 32
-           (about a minute)
-  quick    the default suite with shorter runs (about 15 s)
-  full     adds zipf access, 1,000,000 peers and a heavy-tailed creation
-           cost (lognormal:500us:1.5) to the default suite (several minutes)
+  default  hit, storm, churn (cost none, 1% and 5%, and 5% with -ctx cancel),
+           flaky and mixed at 1,024 peers, tcpstorm at 32 with rtt 0 and 1ms
+           (about a minute and a half)
+  quick    the default suite with shorter runs (about 30 s)
+  full     adds zipf access, 1,000,000 peers, a heavy-tailed creation cost
+           (lognormal:500us:1.5), tcpstorm at rtt 5ms and 20ms and with
+           -ctx cancel to the default suite (several minutes)
   ci       the short suite CI compares with a baseline (under a minute)
+
+Contexts (-ctx): the Gets pass a context that never ends (background, as a
+send that never gives up on a peer does), or one that can (cancel). epcache
+runs Create on the claiming Get's goroutine in the first case only; the
+other comparators do not care.
 
 Flags:
 `
@@ -122,6 +140,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	goroutines := &listFlag[int]{parse: positiveInt("-goroutines")}
 	procs := &listFlag[int]{vals: defaultProcs(), parse: positiveInt("-procs")}
 	reads := &listFlag[float64]{vals: []float64{1, 0.99, 0.9}, parse: fraction("-reads")}
+	rtts := &listFlag[time.Duration]{vals: []time.Duration{0}, parse: nonNegativeDuration("-rtt")}
 	ctxs := &listFlag[string]{vals: []string{"background"}, parse: oneOf("-ctx", "background", "cancel")}
 	fs.StringVar(&o.suite, "suite", "default", "the suite to run when no workload or size flag is given: default, quick, full or ci")
 	fs.Var(impls, "impl", "implementations to run: "+strings.Join(bench.ImplNames(), ", "))
@@ -132,6 +151,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Var(goroutines, "goroutines", "numbers of goroutines G (default: GOMAXPROCS for hit, churn and mixed; 64 for storm and flaky; 8 per peer for tcpstorm)")
 	fs.Var(procs, "procs", "GOMAXPROCS values to run under, such as 1,2,4,8,16 for a scaling sweep")
 	fs.Var(reads, "reads", "mixed: read ratios, as fractions or percentages")
+	fs.Var(rtts, "rtt", "tcpstorm, ucxstorm: modelled network delay, paid once per round trip of an endpoint's setup (a timer, not a measurement), such as 0,1ms,5ms")
 	fs.Var(ctxs, "ctx", "contexts the Gets pass: background (never ends: epcache creates on the claiming goroutine), cancel (can end: epcache creates on a goroutine of its own)")
 	fs.DurationVar(&o.duration, "duration", time.Second, "how long each hit, churn and mixed run measures")
 	fs.StringVar(&o.cost, "cost", "sleep:1ms", "creation cost model: none, sleep:D, spin:D or lognormal:MEDIAN:SIGMA (storm, churn, flaky, mixed)")
@@ -178,9 +198,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	case o.margin < 1:
 		return o, usageError{fmt.Errorf("-margin %v: want at least 1", o.margin)}
 	}
+	if rtts.set && !slices.ContainsFunc(workloads.vals, func(w string) bool { return bench.Spec{Workload: w}.IsMesh() }) {
+		return o, usageError{fmt.Errorf("-rtt models the network of the mesh workloads (tcpstorm, ucxstorm); -workload %s has none", workloads)}
+	}
 	o.impls, o.workloads, o.keys, o.dists = impls.vals, workloads.vals, keys.vals, dists.vals
-	o.peers, o.goroutines, o.procs, o.reads, o.ctxs = peers.vals, goroutines.vals, procs.vals, reads.vals, ctxs.vals
-	if workloads.set || keys.set || dists.set || peers.set || goroutines.set || reads.set || ctxs.set {
+	o.peers, o.goroutines, o.procs, o.reads, o.ctxs, o.rtts = peers.vals, goroutines.vals, procs.vals, reads.vals, ctxs.vals, rtts.vals
+	if workloads.set || keys.set || dists.set || peers.set || goroutines.set || reads.set || ctxs.set || rtts.set {
 		o.suite = "" // a custom suite
 	}
 	return o, nil

@@ -59,6 +59,7 @@ type options struct {
 	procs      []int
 	reads      []float64
 	ctxs       []string
+	rtts       []time.Duration
 	duration   time.Duration
 	cost       string
 	churn      float64

@@ -35,6 +35,10 @@ func TestBadFlagsAreUsageErrors(t *testing.T) {
 		{"-count", "0"},
 		{"-churn", "2"},
 		{"-margin", "0.5"},
+		{"-rtt", "-1ms"},
+		{"-rtt", "soon"},
+		{"-ctx", "todo"},
+		{"-workload", "hit", "-rtt", "1ms"},
 		{"-nosuchflag"},
 		{"stray"},
 	} {
@@ -100,6 +104,22 @@ func TestSuitesExpand(t *testing.T) {
 	for _, s := range specs {
 		assert.Equal(t, 64, s.Goroutines, "storms default to 64 goroutines")
 	}
+	o, err = parseFlags([]string{"-workload", "tcpstorm,hit", "-impl", "epcache", "-keys", "uint64", "-rtt", "0,1ms", "-ctx", "background,cancel"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	specs, err = o.specs()
+	require.NoError(t, err)
+	var names []string
+	for _, s := range specs {
+		names = append(names, s.Name())
+	}
+	assert.ElementsMatch(t, []string{
+		"Tcpstorm/impl=epcache/keys=uint64/peers=1024/goroutines=8/rtt=0s",
+		"Tcpstorm/impl=epcache/keys=uint64/peers=1024/goroutines=8/rtt=1ms",
+		"Tcpstorm/impl=epcache/keys=uint64/peers=1024/goroutines=8/rtt=0s/ctx=cancel",
+		"Tcpstorm/impl=epcache/keys=uint64/peers=1024/goroutines=8/rtt=1ms/ctx=cancel",
+		"Hit/impl=epcache/keys=uint64/dist=uniform/peers=1024/goroutines=2/ctx=cancel",
+		"Hit/impl=epcache/keys=uint64/dist=uniform/peers=1024/goroutines=2",
+	}, names, "-rtt applies to the meshes only; -ctx to every workload")
 	o, err = parseFlags([]string{"-workload", "hit", "-keys", "string", "-impl", "array"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	specs, err = o.specs()

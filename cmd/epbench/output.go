@@ -60,11 +60,11 @@ func headline(r bench.Result) float64 { return r.NsPerOp }
 func writeTable(w io.Writer, results []bench.Result) error {
 	for _, g := range groups(results) {
 		s := g.spec
-		title := strings.Replace(bench.Spec{Workload: s.Workload, Impl: "*", Keys: s.Keys, Dist: s.Dist, Peers: s.Peers,
-			Goroutines: s.Goroutines, Cost: s.Cost, Churn: s.Churn, Failures: s.Failures, Reads: s.Reads}.Name(), "/impl=*", "", 1)
+		s.Impl = "*"
+		title := strings.Replace(s.Name(), "/impl=*", "", 1)
 		cost := "  cost=" + s.Cost
-		if s.IsMesh() {
-			cost = "" // real endpoints: their own cost, reported as "create"
+		if s.IsMesh() || s.Workload == "hit" {
+			cost = "" // real endpoints have their own cost, reported as "create"; a hit creates nothing
 		}
 		fmt.Fprintf(w, "\n%s  GOMAXPROCS=%d%s\n", title, s.Procs, cost)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

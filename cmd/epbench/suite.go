@@ -8,6 +8,26 @@ import (
 	"github.com/epcache/epcache/bench"
 )
 
+// variants expands s over -ctx and, for the mesh workloads, -rtt.
+func (o options) variants(s bench.Spec) []bench.Spec {
+	rtts := []time.Duration{0}
+	if s.IsMesh() {
+		rtts = o.rtts
+	}
+	var out []bench.Spec
+	for _, cx := range o.ctxs {
+		for _, rtt := range rtts {
+			v := s
+			v.RTT = rtt
+			if cx == "cancel" {
+				v.Ctx = cx
+			}
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // specs expands the options into the runs to make.
 func (o options) specs() ([]bench.Spec, error) {
 	var specs []bench.Spec
@@ -57,13 +77,10 @@ func (o options) specs() ([]bench.Spec, error) {
 					for _, g := range gs {
 						for _, dist := range dists {
 							for _, r := range reads {
-								for _, cx := range o.ctxs {
-									s := base
-									s.Workload, s.Keys, s.Peers, s.Goroutines, s.Dist, s.Reads = w, k, p, g, dist, r
-									if cx == "cancel" {
-										s.Ctx = cx
-									}
-									add(s, all)
+								s := base
+								s.Workload, s.Keys, s.Peers, s.Goroutines, s.Dist, s.Reads = w, k, p, g, dist, r
+								for _, v := range o.variants(s) {
+									add(v, all)
 								}
 							}
 						}
@@ -85,7 +102,8 @@ func (o options) specs() ([]bench.Spec, error) {
 			for _, p := range hitPeers {
 				for _, dist := range dists {
 					s := base
-					s.Workload, s.Keys, s.Peers, s.Dist, s.Duration = "hit", k, p, dist, d
+					// A hit never creates: no cost model to name.
+					s.Workload, s.Keys, s.Peers, s.Dist, s.Duration, s.Cost = "hit", k, p, dist, d, "none"
 					add(s, all)
 				}
 			}
@@ -99,8 +117,16 @@ func (o options) specs() ([]bench.Spec, error) {
 			s.Workload, s.Keys, s.Peers, s.Goroutines, s.Cost = "storm", "uint64", stormPeers, 64, c
 			add(s, all)
 		}
+		// Churn with cheap creations, where the cost of a creation itself
+		// shows; at 5% also with a context that can end (epcache then
+		// creates on a goroutine of its own).
+		for _, churn := range []float64{0.01, 0.05} {
+			s := base
+			s.Workload, s.Keys, s.Peers, s.Duration, s.Cost, s.Churn = "churn", "uint64", 1024, d, "none", churn
+			add(s, all)
+		}
 		s := base
-		s.Workload, s.Keys, s.Peers, s.Duration = "churn", "uint64", 1024, d
+		s.Workload, s.Keys, s.Peers, s.Duration, s.Cost, s.Churn, s.Ctx = "churn", "uint64", 1024, d, "none", 0.05, "cancel"
 		add(s, all)
 		s = base
 		s.Workload, s.Keys, s.Peers, s.Goroutines = "flaky", "uint64", stormPeers/4, 64
@@ -110,15 +136,29 @@ func (o options) specs() ([]bench.Spec, error) {
 			s.Workload, s.Keys, s.Peers, s.Reads, s.Duration = "mixed", "uint64", 1024, r, d/2
 			add(s, all)
 		}
-		s = base
-		s.Workload, s.Keys, s.Peers, s.Goroutines = "tcpstorm", "uint64", 32, 8
-		add(s, all)
+		// Real connections, on loopback as it is and with modelled delay.
+		rtts := []time.Duration{0, time.Millisecond}
+		if o.suite == "full" {
+			rtts = append(rtts, 5*time.Millisecond, 20*time.Millisecond)
+		}
+		for _, rtt := range rtts {
+			s := base
+			s.Workload, s.Keys, s.Peers, s.Goroutines, s.RTT = "tcpstorm", "uint64", 32, 8, rtt
+			add(s, all)
+		}
+		if o.suite == "full" {
+			for _, rtt := range []time.Duration{0, 5 * time.Millisecond} {
+				s := base
+				s.Workload, s.Keys, s.Peers, s.Goroutines, s.RTT, s.Ctx = "tcpstorm", "uint64", 32, 8, rtt, "cancel"
+				add(s, all)
+			}
+		}
 	case "ci":
 		// What -compare checks (see compare.go), and every comparator once
 		// through a small storm and churn for the leak and exactly-once checks.
 		for _, k := range []string{"uint64", "string"} {
 			s := base
-			s.Workload, s.Keys, s.Peers, s.Duration = "hit", k, 1024, 300*time.Millisecond
+			s.Workload, s.Keys, s.Peers, s.Duration, s.Cost = "hit", k, 1024, 300*time.Millisecond, "none"
 			add(s, []string{"epcache", "syncmap", "xsync4"})
 		}
 		s := base
@@ -133,6 +173,10 @@ func (o options) specs() ([]bench.Spec, error) {
 		s = base
 		s.Workload, s.Keys, s.Peers, s.Goroutines = "tcpstorm", "uint64", 16, 4
 		add(s, all)
+		// Compared: with a modelled round trip the ratios measure how
+		// creations overlap, not the loopback's noise.
+		s.RTT = time.Millisecond
+		add(s, []string{"epcache", "array", "mutex"})
 	}
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("nothing to run: no implementation of %v takes part in the chosen workloads", o.impls)

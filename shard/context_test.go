@@ -1,0 +1,102 @@
+package shard_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/epcache/epcache/shard"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type ctxKey struct{}
+
+// claimWith claims a fresh slot with parent and returns its flight.
+func claimWith(t *testing.T, parent context.Context) *shard.Flight[int] {
+	t.Helper()
+	tb := newTable[int, int](t, shard.Options[int]{})
+	s := tb.LoadOrInsert(1)
+	_, f, ok := s.Claim(nil, parent)
+	require.True(t, ok)
+	return f
+}
+
+var errCause = errors.New("the cause")
+
+// A flight's context carries its parent's values, is live until Cancel,
+// and then reports Canceled with the first cause given, whether it was made
+// (first method call) before or after the Cancel.
+func TestFlightContext(t *testing.T) {
+	parent := context.WithValue(context.Background(), ctxKey{}, "v")
+	t.Run("used before Cancel", func(t *testing.T) {
+		f := claimWith(t, parent)
+		ctx := f.Context()
+		assert.Equal(t, "v", ctx.Value(ctxKey{}))
+		assert.NoError(t, ctx.Err())
+		_, has := ctx.Deadline()
+		assert.False(t, has)
+		select {
+		case <-ctx.Done():
+			t.Fatal("done before Cancel")
+		default:
+		}
+		child, stop := context.WithTimeout(ctx, time.Hour)
+		defer stop()
+		var after sync.WaitGroup
+		after.Add(1)
+		context.AfterFunc(ctx, after.Done)
+		f.Cancel(errCause)
+		f.Cancel(errors.New("a second cause"))
+		<-ctx.Done()
+		<-child.Done()
+		after.Wait()
+		assert.ErrorIs(t, ctx.Err(), context.Canceled)
+		assert.ErrorIs(t, context.Cause(ctx), errCause)
+		assert.ErrorIs(t, context.Cause(child), errCause, "derived contexts end with it")
+	})
+	t.Run("first used after Cancel", func(t *testing.T) {
+		f := claimWith(t, parent)
+		f.Cancel(errCause)
+		f.Cancel(errors.New("a second cause"))
+		ctx := f.Context()
+		<-ctx.Done()
+		assert.ErrorIs(t, ctx.Err(), context.Canceled)
+		assert.ErrorIs(t, context.Cause(ctx), errCause)
+		assert.Equal(t, "v", ctx.Value(ctxKey{}), "values outlive the cancellation")
+	})
+	t.Run("never used", func(t *testing.T) {
+		f := claimWith(t, nil) // never made, so the nil parent is never looked at
+		f.Cancel(errCause)
+	})
+}
+
+// Many goroutines make, use and cancel one flight's context at once: one
+// context is made, every user sees it end, with one cause.
+func TestFlightContextConcurrentUse(t *testing.T) {
+	for range 200 {
+		f := claimWith(t, context.Background())
+		var wg sync.WaitGroup
+		ctxs := make([]context.Context, 8)
+		stops := make([]context.CancelFunc, len(ctxs))
+		for i := range ctxs {
+			wg.Go(func() {
+				ctx := f.Context()
+				_ = ctx.Err()
+				ctxs[i], stops[i] = context.WithCancel(ctx)
+			})
+		}
+		wg.Go(func() { f.Cancel(errCause) })
+		wg.Go(func() { f.Cancel(context.Canceled) })
+		wg.Wait()
+		cause := context.Cause(f.Context())
+		require.Error(t, cause)
+		for i, ctx := range ctxs {
+			<-ctx.Done() // ended by f.Cancel, not by its own stop
+			assert.Equal(t, cause, context.Cause(ctx))
+			stops[i]()
+		}
+	}
+}
