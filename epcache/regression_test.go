@@ -321,3 +321,59 @@ func TestPanickingHashDuringInvalidateLosesNothing(t *testing.T) {
 		}
 	}
 }
+
+// Regression (issue 14, 1): a remembered failure stayed in its slot after its
+// ErrorTTL passed, and a rebuild reclaimed only Empty slots, so every
+// distinct key that ever failed kept its slot, state and error for the life
+// of the cache (255 B a key; 1,327 B when Create panicked, a *PanicError
+// keeping a whole stack). An expired failure now costs nothing once its
+// shard next rebuilds: here, after n other keys have failed and been
+// forgotten, the heap a cache keeps is the same whether the first n
+// failures were remembered or not.
+func TestExpiredFailuresAreReclaimed(t *testing.T) {
+	n := 20_000
+	if testing.Short() || raceEnabled {
+		n = 5_000
+	}
+	errDead := errors.New("dead peer")
+	kept := func(ttl time.Duration, panics bool) float64 {
+		c, err := epcache.New(epcache.Config[int, *conn]{
+			ErrorTTL: ttl,
+			Create: func(context.Context, int) (*conn, error) {
+				if panics {
+					panic(errDead)
+				}
+				return nil, errDead
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		grew := heapGrowth(func() {
+			for k := range n {
+				if _, err := c.Get(context.Background(), k); !errors.Is(err, errDead) {
+					t.Fatalf("Get(%d): %v", k, err)
+				}
+			}
+			time.Sleep(2 * ttl) // every failure expires
+			// n other keys fail, and are forgotten at once: Empty slots,
+			// which the rebuilds they cause drop with the expired failures.
+			for k := n; k < 2*n; k++ {
+				c.Get(context.Background(), k)
+				c.Forget(k)
+			}
+		})
+		runtime.KeepAlive(c)
+		return float64(grew) / float64(n)
+	}
+	for _, panics := range []bool{false, true} {
+		none := kept(0, panics)
+		expired := kept(time.Millisecond, panics)
+		t.Logf("Create panics: %t; heap kept per failed key: %.1f B with failures not remembered, %.1f B with ErrorTTL 1ms, expired",
+			panics, none, expired)
+		if expired-none > 16 {
+			t.Errorf("Create panics: %t: %.1f B a key kept by expired failures; want about 0", panics, expired-none)
+		}
+	}
+}

@@ -13,7 +13,7 @@ import (
 //	  ▲                 │
 //	  └────Settle───────┤
 //	                    └──Settle(failure)──▶ Failed ──Claim──▶ Creating
-//	Empty ──(table compaction)──▶ Dead     any ──Seal──▶ Sealed
+//	Empty, expired Failed ──(table compaction)──▶ Dead     any ──Seal──▶ Sealed
 //
 // Exactly one goroutine wins the Claim of an Empty slot or a remembered
 // failure; it alone may Publish or Settle the claim, so for a key at most one
@@ -37,8 +37,9 @@ import (
 // still running (Until is zero: answer the error until the creator settles
 // the slot, so that a second creation never overlaps the first).
 //
-// Dead marks a slot that left the table (invalidated, or Empty when its
-// shard's array was rebuilt): the key must be looked up again. Sealed is
+// Dead marks a slot that left the table (invalidated, or Empty or an expired
+// remembered failure when its shard's array was rebuilt): the key must be
+// looked up again. Sealed is
 // final: the table is closed.
 
 // Status is the state a slot is in; see [State.Status].
@@ -94,6 +95,12 @@ func (st *State[V]) Status() Status {
 		return Failed
 	}
 	return Creating
+}
+
+// expired reports whether st is a remembered failure (Failed, non-zero
+// Until) whose Until is not after now.
+func (st *State[V]) expired(now time.Time) bool {
+	return st.Status() == Failed && !st.flight.until.IsZero() && !now.Before(st.flight.until)
 }
 
 // Flight returns the creation of a Creating or Failed state, or nil.

@@ -10,11 +10,12 @@
 // never blocks a reader and never blocks another shard. No lock is held while
 // a value is being created: a creation is a Claim of one slot by CAS.
 //
-// Slots are never moved, and a slot leaves the table only when it is Empty:
-// when a shard's array fills up it is rebuilt, and Empty slots are marked
-// Dead (by CAS, so a concurrent Claim either wins and keeps the slot or loses
-// and looks the key up again) and left behind. Memory therefore follows the
-// keys that hold a value or a creation, not every key ever seen.
+// Slots are never moved, and a slot leaves the table only when it holds
+// nothing: when a shard's array fills up it is rebuilt, and Empty slots and
+// remembered failures that have expired are marked Dead (by CAS, so a
+// concurrent Claim either wins and keeps the slot or loses and looks the key
+// up again) and left behind. Memory therefore follows the keys that hold a
+// value, a creation or a failure still answered, not every key ever seen.
 package shard
 
 import (
@@ -27,6 +28,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -411,14 +413,16 @@ func (t *Table[K, V]) InvalidateIf(s *Slot[K, V], match func(V) bool) (v V, ok b
 	return v, true
 }
 
-// rebuild replaces a full array with one holding its live slots at 5/8 load. Empty slots are marked Dead first, by CAS, so that a Claim
-// racing with the rebuild either keeps its slot alive or fails and looks
-// again; Dead ones are left behind. Called with sh.mu held.
+// rebuild replaces a full array with one holding its live slots at 5/8
+// load. Slots that hold nothing worth keeping (Empty, or a remembered
+// failure whose Until has passed) are marked Dead first, by CAS, so that a
+// Claim racing with the rebuild either keeps its slot alive or fails and
+// looks again; Dead ones are left behind. Called with sh.mu held.
 func (t *Table[K, V]) rebuild(sh *shard[K, V], old *array[K, V]) *array[K, V] {
 	live := 0
+	now := time.Now()
 	for i := range old.len() {
-		s := old.at(i).slot.Load()
-		if s != nil && !s.state.CompareAndSwap(nil, t.dead) && s.state.Load() != t.dead {
+		if s := old.at(i).slot.Load(); s != nil && !t.reclaim(s, now) {
 			live++
 		}
 	}
@@ -443,6 +447,23 @@ func (t *Table[K, V]) rebuild(sh *shard[K, V], old *array[K, V]) *array[K, V] {
 	sh.used = copied
 	sh.cells.Store(a)
 	return a
+}
+
+// reclaim makes s Dead if it holds nothing worth keeping at now: no value,
+// no creation, no failure still to be answered. It reports whether s is
+// Dead.
+func (t *Table[K, V]) reclaim(s *Slot[K, V], now time.Time) bool {
+	for {
+		st := s.state.Load()
+		switch {
+		case st == t.dead:
+			return true
+		case st != nil && !st.expired(now):
+			return false
+		case s.state.CompareAndSwap(st, t.dead):
+			return true
+		}
+	}
 }
 
 // All yields every slot in the table, in no particular order. It is weakly

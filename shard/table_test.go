@@ -193,8 +193,10 @@ func TestSeal(t *testing.T) {
 	assert.ErrorIs(t, tb.Seal(func(*shard.Slot[int, string], *shard.State[string]) {}), shard.ErrSealed)
 }
 
-// Empty slots leave the table when their shard's array is rebuilt; slots that
-// hold a value or a creation stay, at the same address.
+// Empty slots, and remembered failures that have expired, leave the table
+// when their shard's array is rebuilt; slots that hold a value, a creation,
+// a failure still answered or a timed-out creation still running stay, at
+// the same address.
 func TestCompactionDropsOnlyEmptySlots(t *testing.T) {
 	tb := newTable[int, int](t, shard.Options[int]{Shards: 1})
 	kept := map[int]*shard.Slot[int, int]{}
@@ -210,6 +212,21 @@ func TestCompactionDropsOnlyEmptySlots(t *testing.T) {
 	_, _, ok := claimed.Claim(nil, nil)
 	require.True(t, ok)
 	kept[100] = claimed
+	fail := func(k int, until time.Time) *shard.Slot[int, int] {
+		s := tb.LoadOrInsert(k)
+		claim, _, ok := s.Claim(nil, nil)
+		require.True(t, ok)
+		require.True(t, s.Settle(claim, shard.NewFailure[int](errors.New("refused"), until)))
+		return s
+	}
+	dropped = append(dropped, fail(101, time.Now().Add(-time.Millisecond)))
+	kept[102] = fail(102, time.Now().Add(time.Hour))
+	abandoned := tb.LoadOrInsert(103) // a timed-out creation still running
+	_, f, ok := abandoned.Claim(nil, nil)
+	require.True(t, ok)
+	require.True(t, f.TryResolve())
+	f.Finish(0, errors.New("timed out"), time.Time{})
+	kept[103] = abandoned
 	for k := 200; k < 200+1000; k++ {
 		publish(t, tb, k, k)
 	}
