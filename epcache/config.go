@@ -13,16 +13,26 @@ type Config[K comparable, V any] struct {
 	// Create builds the value for key. For a key, at most one Create runs at
 	// a time, and every Get that arrives while it runs receives its outcome.
 	//
-	// Create runs on a goroutine of its own. Its ctx carries the values of
-	// the context of the Get that started it (trace IDs carry over) but not
-	// that Get's cancellation: callers leave on their own contexts while the
-	// creation goes on for the others. ctx is cancelled by CreateTimeout, by
-	// Close, and when Create returns: a value that must outlive the call
-	// (a connection) must not be bound to it.
+	// Create runs on the goroutine of the Get that started it when nothing
+	// could answer that Get before Create returns: its context never ends
+	// (ctx.Done() returns nil, as for context.Background()) and there is no
+	// CreateTimeout. That Get returns when Create does. Otherwise Create
+	// runs on a goroutine of its own, so that the Get can leave on its
+	// context while the creation goes on for the others; the hop costs about
+	// a microsecond (a goroutine, a stack grown afresh by every dial, two
+	// trips through the scheduler).
+	//
+	// Its ctx carries the values of the context of the Get that started it
+	// (trace IDs carry over) but not that Get's cancellation. ctx is
+	// cancelled by CreateTimeout, by Close, and when Create returns (with
+	// Retry, each attempt's ctx when that attempt returns): a value that
+	// must outlive the call (a connection) must not be bound to it.
 	//
 	// A nil error publishes the value, whatever it is (a zero value too). A
-	// panic reaches the waiting callers as a *PanicError; runtime.Goexit as
-	// ErrGoexit. With an error, the value Create returned is dropped.
+	// panic reaches the waiting callers as a *PanicError. runtime.Goexit
+	// reaches them as ErrGoexit; on the caller's goroutine it also ends that
+	// goroutine, as it would in any function the caller calls. With an
+	// error, the value Create returned is dropped.
 	//
 	// Create may use the cache for other keys. It must not Get its own key
 	// (it would wait for itself until CreateTimeout or Close) and must not

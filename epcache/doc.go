@@ -6,9 +6,10 @@
 // The first time many goroutines need the same peer at once, naive code
 // either creates several endpoints and leaks the losers (Open MPI's UCX layer,
 // ompi #12833) or serialises every creation behind one lock. A [Cache] claims
-// the key's slot with one compare-and-swap and runs [Config.Create] on a
-// goroutine of its own; the other callers park on a channel, each able to
-// leave on its own context. Creations of different keys never wait for each
+// the key's slot with one compare-and-swap and runs [Config.Create] once: on
+// the claiming caller's goroutine when that caller could never leave (its
+// context never ends), otherwise on a goroutine of its own; the other
+// callers park on a channel, each able to leave on its own context. Creations of different keys never wait for each
 // other, and a hit ([Cache.Get] or [Cache.Load] of a ready key) takes no lock,
 // allocates nothing and writes no shared memory.
 //
@@ -17,12 +18,18 @@
 //   - Exactly once: for a key, at most one Create runs at a time, and every
 //     Get that arrives while it runs receives its outcome.
 //   - Each caller leaves on its own context, the one that started the
-//     creation included; the creation's context keeps the first caller's
-//     values but ends only with [Config.CreateTimeout], [Cache.Close] or
-//     Create's return.
+//     creation included, with one exception: a caller whose context never
+//     ends starts a creation without [Config.CreateTimeout] by running
+//     Create itself, and returns when Create does (its context could not
+//     end; Close, which would have answered it, waits for Create anyway).
+//     The creation's context keeps the first caller's
+//     values but ends only with CreateTimeout, [Cache.Close] or Create's
+//     return.
 //   - A failure (after [Config.Retry] gives up) reaches every waiter; nothing
 //     is stored unless [Config.ErrorTTL] asks for the error to be remembered.
-//     A panic reaches them as a [*PanicError], runtime.Goexit as [ErrGoexit].
+//     A panic reaches them as a [*PanicError], runtime.Goexit as [ErrGoexit]
+//     (a Goexit in a Create running on a caller's goroutine also ends that
+//     goroutine, as in any function it calls).
 //   - [Config.Release] is called exactly once for every value Create
 //     returned: after [Cache.Invalidate] or [Cache.CompareAndInvalidate], at
 //     Close, or as soon as a creation that finished too late is known to be
