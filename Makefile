@@ -4,8 +4,6 @@ GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHSTAT   ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 PKGS        := ./...
-BENCHTIME   ?= 1s
-COUNT       ?= 1
 RESULTS     ?= results
 
 .DEFAULT_GOAL := help
@@ -47,9 +45,13 @@ bench-smoke: ## every benchmark once, so that none rots
 bench: ## the main job: epbench's default suite, every workload and comparator (about a minute)
 	$(GO) run ./cmd/epbench
 
+HITCOUNT    ?= 10
+HITTIME     ?= 200ms
+
 .PHONY: bench-hit
-bench-hit: ## go test hit-path benchmarks, epcache called directly beside sync.Map and xsync (BENCHTIME=1s COUNT=1)
-	$(GO) test -run '^$$' -bench 'Hit' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./epcache ./shard
+bench-hit: ## the hit path, epcache called directly beside sync.Map and xsync v3, v4: GOMAXPROCS 1 and 2, 1,024 and 65,536 peers, -count 10, benchstat (about 5 minutes)
+	$(GO) test -run '^$$' -bench 'BenchmarkHit$$' -benchmem -cpu 1,2 -benchtime $(HITTIME) -count $(HITCOUNT) ./epcache > hit.out
+	$(GO) run $(BENCHSTAT) -col /impl hit.out
 
 .PHONY: bench-ci
 bench-ci: ## the short suite, compared with results/baseline.json by ratios measured in this run

@@ -16,19 +16,28 @@ import (
 // messaging layer.
 type endpoint struct{ peer int }
 
-const benchPeers = 1024 // a power of two: the loops index with a mask
-
-// benchStringKeys are peer names like those of an MPI job: 16 to 19 bytes.
-func benchStringKeys() []string {
-	keys := make([]string, benchPeers)
+// benchStringKeys are n peer names and addresses of 8 to 40 bytes, as an
+// MPI job, a service mesh or a broker keys its peers: ranks, host:port
+// pairs, URLs.
+func benchStringKeys(n int) []string {
+	keys := make([]string, n)
 	for i := range keys {
-		keys[i] = "node-" + strconv.Itoa(i/64) + ":rank-" + strconv.Itoa(i)
+		switch i % 4 {
+		case 0:
+			keys[i] = "rank-" + strconv.Itoa(i) // 8 to 10 bytes
+		case 1:
+			keys[i] = "node-" + strconv.Itoa(i/64) + ":rank-" + strconv.Itoa(i) // 16 to 22
+		case 2:
+			keys[i] = "10." + strconv.Itoa(i>>16&255) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255) + ":7000" // 13 to 18
+		default:
+			keys[i] = "tcp://host-" + strconv.Itoa(i) + ".cluster.local:50051" // 36 to 40
+		}
 	}
 	return keys
 }
 
-func benchUintKeys() []uint64 {
-	keys := make([]uint64, benchPeers)
+func benchUintKeys(n int) []uint64 {
+	keys := make([]uint64, n)
 	for i := range keys {
 		keys[i] = uint64(i) * 0x9e3779b97f4a7c15 // not dense: no comparator gets an easy hash
 	}
@@ -41,24 +50,34 @@ var sink atomic.Pointer[endpoint]
 // epcache beside sync.Map and xsync's maps, in one run, with each
 // implementation called directly (no interface or closure between the loop
 // and the call). Compare with `benchstat -col /impl`.
+//
+// Two sizes: 1,024 peers, whose table fits in the L1 and L2 caches, and
+// 65,536, whose does not. Get is called with a live, cancelable context, as
+// a request-scoped send passes (a hit never looks at it).
 func BenchmarkHit(b *testing.B) {
-	benchHit(b, "uint64", benchUintKeys())
-	benchHit(b, "string", benchStringKeys())
+	for _, peers := range []int{1024, 65536} {
+		benchHit(b, "uint64", peers, benchUintKeys(peers))
+		benchHit(b, "string", peers, benchStringKeys(peers))
+	}
 }
 
-func benchHit[K comparable](b *testing.B, keyName string, keys []K) {
+func benchHit[K comparable](b *testing.B, keyName string, peers int, keys []K) {
 	eps := make([]*endpoint, len(keys))
 	for i := range eps {
 		eps[i] = &endpoint{peer: i}
 	}
-	ctx := context.Background()
-	name := func(impl string) string { return "impl=" + impl + "/keys=" + keyName }
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	mask := len(keys) - 1 // a power of two
+	name := func(impl string) string {
+		return "impl=" + impl + "/keys=" + keyName + "/peers=" + strconv.Itoa(peers)
+	}
 
 	b.Run(name("epcache"), func(b *testing.B) {
 		c := filledCache(b, keys, eps)
 		runHit(b, func(pb *testing.PB) (last *endpoint) {
 			for i := 0; pb.Next(); i++ {
-				last, _ = c.Get(ctx, keys[i&(benchPeers-1)])
+				last, _ = c.Get(ctx, keys[i&mask])
 			}
 			return last
 		})
@@ -67,7 +86,7 @@ func benchHit[K comparable](b *testing.B, keyName string, keys []K) {
 		c := filledCache(b, keys, eps)
 		runHit(b, func(pb *testing.PB) (last *endpoint) {
 			for i := 0; pb.Next(); i++ {
-				last, _ = c.Load(keys[i&(benchPeers-1)])
+				last, _ = c.Load(keys[i&mask])
 			}
 			return last
 		})
@@ -79,7 +98,7 @@ func benchHit[K comparable](b *testing.B, keyName string, keys []K) {
 		}
 		runHit(b, func(pb *testing.PB) (last *endpoint) {
 			for i := 0; pb.Next(); i++ {
-				v, _ := m.Load(keys[i&(benchPeers-1)])
+				v, _ := m.Load(keys[i&mask])
 				last = v.(*endpoint)
 			}
 			return last
@@ -92,7 +111,7 @@ func benchHit[K comparable](b *testing.B, keyName string, keys []K) {
 		}
 		runHit(b, func(pb *testing.PB) (last *endpoint) {
 			for i := 0; pb.Next(); i++ {
-				last, _ = m.Load(keys[i&(benchPeers-1)])
+				last, _ = m.Load(keys[i&mask])
 			}
 			return last
 		})
@@ -104,7 +123,7 @@ func benchHit[K comparable](b *testing.B, keyName string, keys []K) {
 		}
 		runHit(b, func(pb *testing.PB) (last *endpoint) {
 			for i := 0; pb.Next(); i++ {
-				last, _ = m.Load(keys[i&(benchPeers-1)])
+				last, _ = m.Load(keys[i&mask])
 			}
 			return last
 		})

@@ -47,7 +47,7 @@ func New[K comparable, V any](cfg Config[K, V]) (*Cache[K, V], error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Cache[K, V]{
+	c := &Cache[K, V]{
 		table:      t,
 		stats:      newStripes(),
 		closing:    make(chan struct{}),
@@ -58,7 +58,9 @@ func New[K comparable, V any](cfg Config[K, V]) (*Cache[K, V], error) {
 		ttl:        cfg.ErrorTTL,
 		timeoutErr: fmt.Errorf("epcache: creation exceeded CreateTimeout of %v: %w", cfg.CreateTimeout, context.DeadlineExceeded),
 		closeDone:  make(chan struct{}),
-	}, nil
+	}
+	t.SetMiss(c.getSlow)
+	return c, nil
 }
 
 // Get returns key's value, creating it if the cache holds none.
@@ -73,22 +75,14 @@ func New[K comparable, V any](cfg Config[K, V]) (*Cache[K, V], error) {
 //
 // Once Close has begun, Get returns ErrClosed.
 func (c *Cache[K, V]) Get(ctx context.Context, key K) (V, error) {
-	return c.table.Get(ctx, key, (*misser[K, V])(c))
+	return c.table.Get(ctx, key) // a miss comes back to getSlow
 }
 
 // Load returns key's value if the cache holds one. It never creates, never
 // waits, takes no lock and allocates nothing. After Close it finds nothing.
 func (c *Cache[K, V]) Load(key K) (v V, ok bool) {
-	return c.table.Load(key)
-}
-
-// misser is the Cache seen by its table: the table runs the hit path of Get
-// and hands every miss to Miss. A type of its own, so that Miss is not part
-// of the Cache's API.
-type misser[K comparable, V any] Cache[K, V]
-
-func (m *misser[K, V]) Miss(ctx context.Context, key K) (V, error) {
-	return (*Cache[K, V])(m).getSlow(ctx, key)
+	v, err := c.table.Get(shard.NoMiss, key) // Get's hit path, never its miss
+	return v, err == nil
 }
 
 func (c *Cache[K, V]) getSlow(ctx context.Context, key K) (v V, err error) {

@@ -51,12 +51,12 @@ func assertHitAllocsNothing[K comparable](t *testing.T, keys []K) {
 }
 
 func TestHitPathAllocatesNothing(t *testing.T) {
-	t.Run("keys=uint64", func(t *testing.T) { assertHitAllocsNothing(t, benchUintKeys()) })
-	t.Run("keys=string", func(t *testing.T) { assertHitAllocsNothing(t, benchStringKeys()) })
+	t.Run("keys=uint64", func(t *testing.T) { assertHitAllocsNothing(t, benchUintKeys(1024)) })
+	t.Run("keys=string", func(t *testing.T) { assertHitAllocsNothing(t, benchStringKeys(1024)) })
 	t.Run("keys=struct", func(t *testing.T) {
 		keys := make([]peerKey, 256)
 		for i := range keys {
-			keys[i] = peerKey{Job: 1, Rank: i, Node: benchStringKeys()[i]}
+			keys[i] = peerKey{Job: 1, Rank: i, Node: benchStringKeys(1024)[i]}
 		}
 		assertHitAllocsNothing(t, keys)
 	})
@@ -71,10 +71,11 @@ func TestHitPathAllocatesNothing(t *testing.T) {
 
 // TestHitPathMakesNoCalls is the inlining test. It builds this package's test
 // binary with the compiler's inlining report and disassembles it, and checks
-// for uint64 keys that Cache.Get inlines into its callers, leaving one call,
-// to the table's Get, and that the table's Get calls
-// nothing on a hit: hashing, probing and the state check are inlined. If a
-// helper stops inlining, a CALL appears and this fails.
+// for uint64 and string keys that Cache.Get and Cache.Load inline into their
+// callers, leaving one call, to the table's Get, and that the table's Get
+// calls nothing on a hit: hashing (a leaf call for strings), probing and the
+// state check are inlined. If a helper stops inlining, a CALL appears and
+// this fails.
 func TestHitPathMakesNoCalls(t *testing.T) {
 	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
 		t.Skip("atomics and 64-bit arithmetic are intrinsics only on 64-bit targets")
@@ -93,25 +94,41 @@ func TestHitPathMakesNoCalls(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "epcache.test")
 	report, err := exec.Command(goTool, "test", "-c", "-gcflags=-m", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, "go test -c: %s", report)
-	shape := `[go.shape.uint64,go.shape.*uint8]`
-	assert.Contains(t, string(report), "inlining call to epcache.(*Cache"+shape+").Get",
-		"Cache.Get no longer inlines into its callers")
-
-	out, err := exec.Command(goTool, "tool", "objdump", "-s", `shard\.\(\*Table`+regexp.QuoteMeta(shape)+`\)\.Get$`, bin).CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	require.Contains(t, string(out), "TEXT ", "the table's Get is not in the binary")
-	indirect := 0
-	for _, m := range regexp.MustCompile(`CALL (\S+)`).FindAllStringSubmatch(string(out), -1) {
-		switch callee := m[1]; {
-		case strings.HasPrefix(callee, "runtime.morestack"), callee == "runtime.panicBounds(SB)":
-			// stack growth and bounds failures: never taken on a hit
-		case callee == "hash/maphash.String(SB)", strings.HasSuffix(callee, ").hashOther(SB)"):
-			// the hashes of other key kinds, on branches a uint64 key never takes
-		case !strings.HasSuffix(callee, "(SB)"):
-			indirect++ // through a register: Misser.Miss, on a miss
-		default:
-			t.Errorf("the table's Get calls %s", callee)
+	calls := func(t *testing.T, symbol string) []string {
+		out, err := exec.Command(goTool, "tool", "objdump", "-s", symbol, bin).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Contains(t, string(out), "TEXT ", "%s is not in the binary", symbol)
+		var callees []string
+		for _, m := range regexp.MustCompile(`CALL (\S+)`).FindAllStringSubmatch(string(out), -1) {
+			if !strings.HasPrefix(m[1], "runtime.morestack") { // stack growth, never on a hit
+				callees = append(callees, m[1])
+			}
+		}
+		return callees
+	}
+	for _, shape := range []string{`[go.shape.uint64,go.shape.*uint8]`, `[go.shape.string,go.shape.*uint8]`} {
+		t.Run(shape, func(t *testing.T) {
+			for _, m := range []string{"Get", "Load"} {
+				assert.Contains(t, string(report), "inlining call to epcache.(*Cache"+shape+")."+m,
+					"Cache.%s no longer inlines into its callers", m)
+			}
+			for _, callee := range calls(t, `shard\.\(\*Table`+regexp.QuoteMeta(shape)+`\)\.Get$`) {
+				switch {
+				case strings.HasSuffix(callee, ").missed(SB)"), strings.HasSuffix(callee, ").getOther(SB)"):
+					// the miss, and the keys hashed by Config.Hash: never on this hit
+				case strings.Contains(shape, "string") && callee == "github.com/epcache/epcache/shard.hashString(SB)":
+					// a leaf, checked below
+				case strings.Contains(shape, "string") && callee == "runtime.memequal(SB)":
+					// two equal strings at different addresses, compared byte by byte
+				default:
+					t.Errorf("the table's Get calls %s", callee)
+				}
+			}
+		})
+	}
+	for _, callee := range calls(t, `shard\.hashString$`) {
+		if callee != "hash/maphash.String(SB)" { // strings over 64 bytes only
+			t.Errorf("hashString calls %s", callee)
 		}
 	}
-	assert.Equal(t, 1, indirect, "one indirect call (the miss) expected:\n%s", out)
 }

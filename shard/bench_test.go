@@ -41,12 +41,14 @@ func benchLoad[K comparable](b *testing.B, keys []K) {
 // BenchmarkLoad is the table's own hit path beside xsync v4's Map, without
 // the epcache layer on top.
 func BenchmarkLoad(b *testing.B) {
-	strs := make([]string, 1024)
-	ints := make([]uint64, 1024)
-	for i := range strs {
-		strs[i] = "node-" + strconv.Itoa(i/64) + ":rank-" + strconv.Itoa(i)
-		ints[i] = uint64(i) * 0x9e3779b97f4a7c15
+	for _, n := range []int{1024, 65536} {
+		strs := make([]string, n)
+		ints := make([]uint64, n)
+		for i := range strs {
+			strs[i] = "node-" + strconv.Itoa(i/64) + ":rank-" + strconv.Itoa(i)
+			ints[i] = uint64(i) * 0x9e3779b97f4a7c15
+		}
+		b.Run("keys=uint64/peers="+strconv.Itoa(n), func(b *testing.B) { benchLoad(b, ints) })
+		b.Run("keys=string/peers="+strconv.Itoa(n), func(b *testing.B) { benchLoad(b, strs) })
 	}
-	b.Run("keys=uint64", func(b *testing.B) { benchLoad(b, ints) })
-	b.Run("keys=string", func(b *testing.B) { benchLoad(b, strs) })
 }

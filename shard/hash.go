@@ -37,19 +37,26 @@ func kindOf[K comparable]() keyKind {
 const (
 	mixA = 0xa0761d6478bd642f
 	mixB = 0xe7037ed1a0b428db
+	mixC = 0x1d8e4e27c47d124f // the runtime's m5: the length enters the last multiply
 )
 
 // seeds holds a table's secret hash state, drawn once per table.
 type seeds struct {
-	a, b  uint64       // keys of the multiply-mix
-	mapSd maphash.Seed // for kindComparable
+	ka, kb uint64       // keys of the integer multiply-mix, the constants folded in
+	s0, s1 uint64       // keys of the short-string hash
+	mapSd  maphash.Seed // for long strings and kindComparable
 }
 
 func newSeeds() seeds {
 	s := maphash.MakeSeed()
-	// maphash is the runtime's random source; two distinct writes give two
+	// maphash is the runtime's random source; distinct writes give
 	// independent 64-bit words without a math/rand dependency.
-	return seeds{a: maphash.Bytes(s, []byte{1}) | 1, b: maphash.Bytes(s, []byte{2}), mapSd: s}
+	word := func(b byte) uint64 { return maphash.Bytes(s, []byte{b}) }
+	return seeds{
+		ka: (word(1) | 1) ^ mixA, kb: word(2) ^ mixB,
+		s0: word(3), s1: word(4),
+		mapSd: s,
+	}
 }
 
 // mix is a seeded 64×64→128 multiply folded to 64 bits (the wyhash "mum").
@@ -57,11 +64,12 @@ func newSeeds() seeds {
 // shard) and the low bits (the cell) are usable. It inlines, and costs one
 // MUL on amd64 and arm64.
 func mix(x uint64, s *seeds) uint64 {
-	return mixAB(x, s.a, s.b)
+	return mum(x^s.ka, s.kb)
 }
 
-func mixAB(x, a, b uint64) uint64 {
-	hi, lo := bits.Mul64(x^a^mixA, b^mixB)
+// mum is the 64×64→128 multiply folded to 64 bits.
+func mum(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
 	return hi ^ lo
 }
 
@@ -92,20 +100,79 @@ func stringOf[K comparable](k K) string {
 	return *(*string)(unsafe.Pointer(&k))
 }
 
-// hashString is hash/maphash.String: the runtime's AES-based hash where the
-// CPU has AES instructions (wyhash elsewhere), keyed by the table's seed.
+// shortString is the longest string hashString hashes itself; longer ones
+// go to hash/maphash.String, whose AES rounds win on long inputs.
+const shortString = 64
+
+// hashString hashes a string-kinded key with the table's secrets. Strings of
+// up to 64 bytes, the peer names and addresses endpoint caches are keyed by,
+// are hashed here with the construction of the Go runtime's own map hash
+// where the CPU has no AES instructions (wyhash: 16-byte lanes folded by
+// 64×64→128 multiplies, keyed by secrets drawn per table); longer ones by
+// hash/maphash.String with the table's seed.
 //
-// Not xxhash, although the project named it for strings, for two measured
-// reasons. XXH64 takes no secret cheaply: the one-shot Sum64String is
-// unseeded, and folding a seed in afterwards leaves every full 64-bit
-// collision intact, which for XXH64 can be computed directly (each 8-byte
-// lane is an invertible step, so the last lane of a key can be solved for
-// any target state); the seeded Digest costs 21 ns a key against 5 ns here.
-// And on the hit path xxhash cost 1.7 ns more a Get than maphash.String
-// (1,024 peer names, Go 1.26, this project's 2-core machine). epcache's
-// flood tests build such XXH64 collisions and show what they do to a table.
+// Measured on this project's 2-core machine (Go 1.26, peer names of 16 to
+// 19 bytes, one goroutine): maphash.String 5.0 ns a key, this 2.3 ns. On
+// the hit path that was the difference between 1.2× and 0.9× xsync v4's
+// Load, which hashes strings with maphash.Comparable.
+//
+// Not xxhash, although the project named it for strings: XXH64 takes no
+// secret cheaply. The one-shot Sum64String is unseeded, and folding a seed
+// in afterwards leaves every full 64-bit collision intact, which for XXH64
+// can be computed directly (each 8-byte lane is an invertible step, so the
+// last lane of a key can be solved for any target state); the seeded Digest
+// costs 21 ns a key. epcache's flood tests build such XXH64 collisions and
+// show what they do to a table. Here the secrets enter every lane before
+// its multiply, so that without them no lane can be solved for.
 func hashString(s string, sd *seeds) uint64 {
-	return maphash.String(sd.mapSd, s)
+	n := uint64(len(s))
+	if n > shortString {
+		return maphash.String(sd.mapSd, s)
+	}
+	// Safety: every read below lies within the n bytes at p: 1-byte reads at
+	// 0, n/2 and n-1 for n < 4; 4-byte reads at 0 and n-4 for 4 ≤ n < 8;
+	// 8-byte reads at 0 and n-8 for 8 ≤ n ≤ 16; and for n > 16, 8-byte
+	// reads at p+0 and p+8 while more than 16 bytes remain past p, then at
+	// the last 16 bytes.
+	p := unsafe.Pointer(unsafe.StringData(s))
+	seed := sd.s0
+	var a, b uint64
+	switch {
+	case n == 0:
+		return mum(seed, sd.s1)
+	case n < 4:
+		a = uint64(*(*byte)(p)) | uint64(*(*byte)(unsafe.Add(p, n>>1)))<<8 | uint64(*(*byte)(unsafe.Add(p, n-1)))<<16
+	case n < 8:
+		a = r4(p)
+		b = r4(unsafe.Add(p, n-4))
+	case n <= 16:
+		a = r8(p)
+		b = r8(unsafe.Add(p, n-8))
+	default:
+		l := n
+		for ; l > 16; l -= 16 {
+			seed = mum(r8(p)^sd.s1, r8(unsafe.Add(p, 8))^seed)
+			p = unsafe.Add(p, 16)
+		}
+		a = r8(unsafe.Add(p, l-16))
+		b = r8(unsafe.Add(p, l-8))
+	}
+	return mum(mixC^n, mum(a^sd.s1, b^seed))
+}
+
+// r8 and r4 read 8 and 4 little-endian bytes at p, aligned or not. The
+// compiler turns each into one load where the CPU allows unaligned loads
+// (amd64, arm64, 386), and into byte loads where it does not, as the
+// runtime's readUnaligned64 is.
+func r8(p unsafe.Pointer) uint64 {
+	q := (*[8]byte)(p)
+	return uint64(q[0]) | uint64(q[1])<<8 | uint64(q[2])<<16 | uint64(q[3])<<24 |
+		uint64(q[4])<<32 | uint64(q[5])<<40 | uint64(q[6])<<48 | uint64(q[7])<<56
+}
+
+func r4(p unsafe.Pointer) uint64 {
+	q := (*[4]byte)(p)
+	return uint64(q[0]) | uint64(q[1])<<8 | uint64(q[2])<<16 | uint64(q[3])<<24
 }
 
 // sameString reports whether two string-kinded keys are the same string: the
