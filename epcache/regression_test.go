@@ -97,7 +97,7 @@ func TestGetRacingClose(t *testing.T) {
 		trials = 3
 	}
 	for trial := range trials {
-		const M = 3348 // the next insertion rebuilds (shard's TestRebuildPointOfOneShard)
+		const M = 3566 // the next insertion rebuilds (shard's TestRebuildPointOfOneShard)
 		var stallKey atomic.Int64
 		stallKey.Store(-1)
 		stalled := make(chan struct{})

@@ -8,9 +8,9 @@ func (t *Table[K, V]) LockShardOf(key K) (unlock func()) {
 	return sh.mu.Unlock
 }
 
-// Cells returns the length of key's shard's current array.
+// Cells returns the number of slots of key's shard's current array.
 func (t *Table[K, V]) Cells(key K) int {
-	return int(t.shardOf(t.Hash(key)).cells.Load().len())
+	return int(t.shardOf(t.Hash(key)).cells.Load().capacity())
 }
 
 // RebuildsOnInsert reports whether inserting a new key into key's shard
@@ -19,5 +19,5 @@ func (t *Table[K, V]) RebuildsOnInsert(key K) bool {
 	sh := t.shardOf(t.Hash(key))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return uint64(sh.used+1)*maxLoadDen > sh.cells.Load().len()*maxLoadNum
+	return uint64(sh.used+1)*maxLoadDen > sh.cells.Load().capacity()*maxLoadNum
 }

@@ -61,7 +61,7 @@ func newSeeds() seeds {
 
 // mix is a seeded 64×64→128 multiply folded to 64 bits (the wyhash "mum").
 // Every output bit depends on every input bit, so both the high bits (the
-// shard) and the low bits (the cell) are usable. It inlines, and costs one
+// group) and the low bits (the shard) are usable. It inlines, and costs one
 // MUL on amd64 and arm64.
 func mix(x uint64, s *seeds) uint64 {
 	return mum(x^s.ka, s.kb)

@@ -18,3 +18,19 @@ func TestShardIsPaddedTo128Bytes(t *testing.T) {
 		t.Fatalf("shardPadded is %d bytes for large types; want 128 (the shard holds no K or V)", got)
 	}
 }
+
+// groupLayout is the layout of every group[K, V], which Get relies on, and
+// a group is one cache line on 64-bit platforms.
+func TestGroupLayout(t *testing.T) {
+	check := func(size, offset uintptr) {
+		t.Helper()
+		if size != groupSize || offset != slotsOffset {
+			t.Fatalf("group is %d bytes with its slots at %d; groupLayout says %d and %d", size, offset, groupSize, slotsOffset)
+		}
+	}
+	check(unsafe.Sizeof(group[string, *int]{}), unsafe.Offsetof(group[string, *int]{}.slots))
+	check(unsafe.Sizeof(group[[64]byte, [64]byte]{}), unsafe.Offsetof(group[[64]byte, [64]byte]{}.slots))
+	if unsafe.Sizeof(uintptr(0)) == 8 && groupSize != 64 {
+		t.Fatalf("a group is %d bytes; want one 64-byte cache line", groupSize)
+	}
+}

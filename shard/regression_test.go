@@ -135,20 +135,22 @@ func TestClaimRefusesAbandonedFlight(t *testing.T) {
 	}
 }
 
-// epcache's TestGetRacingClose fills a one-shard cache with 3,348 keys so
-// that the next insertion rebuilds; this keeps that number true.
+// epcache's TestGetRacingClose fills a one-shard cache with 3,566 keys,
+// each created (so Ready), so that the next insertion rebuilds; this keeps
+// that number true.
 func TestRebuildPointOfOneShard(t *testing.T) {
+	const m = 3566
 	tb, err := shard.New[int, int](shard.Options[int]{Shards: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for k := range 3348 {
-		if k == 3347 && tb.RebuildsOnInsert(k) {
-			t.Fatal("the 3,348th insertion rebuilds: the array is not at its limit after it")
+	for k := range m {
+		if k == m-1 && tb.RebuildsOnInsert(k) {
+			t.Fatal("the last insertion rebuilds: the array is not at its limit after it")
 		}
-		tb.LoadOrInsert(k)
+		publish(t, tb, k, k)
 	}
 	if !tb.RebuildsOnInsert(-1) {
-		t.Fatal("the insertion after 3,348 keys does not rebuild: update epcache's TestGetRacingClose")
+		t.Fatal("the insertion after 3,566 keys does not rebuild: update epcache's TestGetRacingClose")
 	}
 }

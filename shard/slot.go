@@ -29,7 +29,7 @@ import (
 // state pointer is switched to Ready by CAS, so the publication synchronizes
 // before every Load that returns the value, and it is never written again:
 // Invalidate ends the slot (Dead) and the table puts a fresh Empty slot for
-// the key in its cell, which also lets the collector free a released value
+// the key in its place in the array, which also lets the collector free a released value
 // as soon as its last reader is done.
 //
 // Failed is either a remembered failure (Until is set: answer the error until

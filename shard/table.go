@@ -3,8 +3,10 @@
 // atomic state machine described on [Status].
 //
 // Reads take no lock: [Table.Get], the hit path of a cache in one frame,
-// probes an immutable snapshot of the shard's cell array and makes one atomic
-// load of the slot's state. Inserting a new key
+// probes an immutable snapshot of the shard's array of slot groups (a
+// control word of seven one-byte tags and seven slot pointers per cache line,
+// matched eight bytes at a time) and makes one atomic load of the slot's
+// state. Inserting a new key
 // takes its shard's mutex for a few nanoseconds; growing a shard builds a new
 // array under that mutex while readers go on probing the old one, so growth
 // never blocks a reader and never blocks another shard. No lock is held while
@@ -48,17 +50,16 @@ type Options[K comparable] struct {
 // MaxShards is the largest shard count a table accepts.
 const MaxShards = 1 << 16
 
-// The shard is picked by the low bits of the hash and the cell by the high
-// bits (the top of h·n, a multiply rather than a mask, so that arrays need
-// not be powers of two): the two never overlap.
+// The shard is picked by the low bits of the hash, the home group by the
+// high bits (the top of h·n, a multiply rather than a mask, so that arrays
+// need not be powers of two) and the tag by bits 32 to 38: none overlap.
 const (
-	minCells = 8
+	minSlots = 7
 	// A shard's array is rebuilt when an insertion would fill more than
-	// 13/16 of it, to a size it fills to 5/8: the load stays between the
-	// two, about 0.72 on average, which keeps the 16-byte cells near 22
-	// bytes an entry. Powers of two would have let it fall to 0.4. Cells
-	// carry the hash, so the longer probes of a high load mostly stay in
-	// one cache line and touch no slot but the one that matches.
+	// 13/16 of its slots, to a size it fills to 5/8: the load stays between
+	// the two, about 0.72 on average, which keeps the 64-byte groups of
+	// seven slots near 12.7 bytes an entry. Powers of two would have let it
+	// fall to 0.4.
 	maxLoadNum, maxLoadDen = 13, 16
 	refillNum, refillDen   = 5, 8
 )
@@ -68,7 +69,7 @@ const (
 //
 // The fields a hit reads come first, in one cache line that nothing writes
 // but Close: a hit loads the receiver's kind, hash keys, shard base and mask
-// and hit state, then the shard's array, a cell and the slot.
+// and hit state, then the shard's array, one group and the slot.
 type Table[K comparable, V any] struct {
 	kind       keyKind
 	shardMask  uint64
@@ -87,7 +88,7 @@ type Table[K comparable, V any] struct {
 type shard[K comparable, V any] struct {
 	mu     sync.Mutex
 	cells  atomic.Pointer[array[K, V]]
-	used   int  // occupied cells of the current array; guarded by mu
+	used   int  // filled slots of the current array; guarded by mu
 	closed bool // set by Seal; guarded by mu
 }
 
@@ -109,69 +110,170 @@ const shardSize = unsafe.Sizeof(struct {
 	closed bool
 }{})
 
-// array is one immutable-shape snapshot of a shard's cells: cells are only
-// ever filled (nil → slot, under the shard mutex), never cleared, so a
-// reader's linear probe always ends at a nil cell.
+// array is one immutable-shape snapshot of a shard's slots, in groups of
+// seven: slots are only ever filled (nil → slot, under the shard mutex) or
+// replaced by a fresh slot of the same key (renew), never emptied, so a
+// group that has an empty slot ends every probe that reaches it.
 //
-// An array is the first of 1+n cells allocated together: the first holds n
-// in its hash field, the others are the cells proper. Keeping n in the
-// cells' own allocation, rather than in a header that points to them, saves
+// An array is the first of 1+n groups allocated together: the first holds n
+// in its control word, the others are the groups proper. Keeping n in the
+// groups' own allocation, rather than in a header that points to them, saves
 // a lookup one dependent load.
 type array[K comparable, V any] struct {
-	head cell[K, V]
+	head group[K, V]
 }
 
-// cell keeps a copy of its slot's hash beside the pointer, so that a probe
-// passes over other keys' cells without touching their slots: on a hit the
-// only slot read is the one that matches.
-type cell[K comparable, V any] struct {
-	hash uint64 // written before slot is stored; immutable once it is
-	slot atomic.Pointer[Slot[K, V]]
+// group is one 64-byte cache line: a control word and seven slot pointers,
+// the layout of a Swiss table's group and of xsync's bucket. Byte j of the
+// control word is 0 while slot j is empty, and 0x80 | seven bits of the
+// key's hash (its tag) once it is filled. A lookup loads the control word,
+// matches the tag in all seven bytes at once (SWAR) and reads the slot
+// pointer beside it: one line of the array, and the slot's, for a hit,
+// where a linear probe over 16-byte cells read 1.24 lines of cells and
+// mispredicted the end of its probe at 65,536 peers.
+//
+// Go puts an 8-byte header before small objects that hold pointers and are
+// larger than 512 bytes, so the groups of such arrays start 8 bytes into a
+// line: the control word and six slots share a line, and a hit on the
+// seventh slot reads two. Smaller and large (over 32 KiB) arrays are
+// aligned.
+type group[K comparable, V any] struct {
+	ctrl  atomic.Uint64
+	slots [groupSlots]atomic.Pointer[Slot[K, V]]
 }
 
+// groupLayout mirrors group[K, V], whose size and offsets do not depend on
+// K or V, for Get's pointer arithmetic: the size of a generic type is not a
+// constant. TestGroupLayout checks that the two agree.
+type groupLayout struct {
+	ctrl  atomic.Uint64
+	slots [groupSlots]unsafe.Pointer
+}
+
+const (
+	groupSize   = unsafe.Sizeof(groupLayout{})         // 64 bytes, one cache line, on 64-bit platforms
+	slotsOffset = unsafe.Offsetof(groupLayout{}.slots) // where the slot pointers begin
+	ptrSize     = unsafe.Sizeof(unsafe.Pointer(nil))   // the size of a slot pointer
+)
+
+const (
+	groupSlots = 7
+	lowBytes   = 0x0001010101010101 // one in each of the seven control bytes
+	highBits   = 0x0080808080808080 // the high bit of each of the seven control bytes
+)
+
+// tagOf is the control byte of a slot whose key hashes to h.
+func tagOf(h uint64) uint64 { return 0x80 | (h>>32)&0x7f }
+
+// tagsOf is h's tag in each of the seven control bytes, for matches.
+func tagsOf(h uint64) uint64 { return tagOf(h) * lowBytes }
+
+// matches returns the control bytes of ctrl equal to the tag in tags, as
+// their high bits, and possibly a few others just above a match (a borrow
+// of the subtraction): candidates, which the key comparison sorts out.
+func matches(ctrl, tags uint64) uint64 {
+	x := ctrl ^ tags
+	return (x - lowBytes) &^ x & highBits
+}
+
+// empties returns the empty control bytes of ctrl, as their high bits:
+// every filled byte has its high bit set.
+func empties(ctrl uint64) uint64 { return ^ctrl & highBits }
+
+// byteIndex is the control byte, and so the slot, that the lowest set high
+// bit of m marks.
+func byteIndex(m uint64) uint64 { return uint64(bits.TrailingZeros64(m)) >> 3 }
+
+// newArray returns an array of at least n slots.
 func newArray[K comparable, V any](n int) *array[K, V] {
-	cells := make([]cell[K, V], 1+n)
-	cells[0].hash = uint64(n)
-	return (*array[K, V])(unsafe.Pointer(&cells[0]))
+	groups := (n + groupSlots - 1) / groupSlots
+	gs := make([]group[K, V], 1+groups)
+	gs[0].ctrl.Store(uint64(groups))
+	return (*array[K, V])(unsafe.Pointer(&gs[0]))
 }
 
-// len is the number of cells.
-func (a *array[K, V]) len() uint64 { return a.head.hash }
+// groups is the number of groups.
+func (a *array[K, V]) groups() uint64 { return a.head.ctrl.Load() }
 
-// home is the cell where the probe for hash h starts; see homeOf.
-func (a *array[K, V]) home(h uint64) uint64 { return homeOf(h, a.head.hash) }
+// capacity is the number of slots.
+func (a *array[K, V]) capacity() uint64 { return a.groups() * groupSlots }
 
-// homeOf is the cell of n where the probe for hash h starts: the high bits
-// of h·n, as the low bits of h choose the shard. (Starting probes at the
-// first cell of a cache line instead saved a line in 7% of hits at 65,536
-// peers and cost 40% more cells probed: slower.)
-func homeOf(h, n uint64) uint64 {
-	hi, _ := bits.Mul64(h, n)
+// home is the group where the probe for hash h starts: the high bits of
+// h·n, as the low bits of h choose the shard.
+func (a *array[K, V]) home(h uint64) uint64 {
+	hi, _ := bits.Mul64(h, a.groups())
 	return hi
 }
 
-// next is the cell after i, wrapping around.
-func (a *array[K, V]) next(i uint64) uint64 {
-	if i++; i == a.head.hash {
+// next is the group after g, wrapping around.
+func (a *array[K, V]) next(g uint64) uint64 {
+	if g++; g == a.groups() {
 		return 0
 	}
-	return i
+	return g
 }
 
-// at returns cell i, for i < len.
+// group returns group g, for g < groups.
 //
-// Safety: a points at the first of 1+len cells of one allocation, and
-// i+1 <= len stays inside it.
-func (a *array[K, V]) at(i uint64) *cell[K, V] {
-	return (*cell[K, V])(unsafe.Add(unsafe.Pointer(a), uintptr(i+1)*unsafe.Sizeof(a.head)))
+// Safety: a points at the first of 1+groups groups of one allocation, and
+// g+1 <= groups stays inside it.
+func (a *array[K, V]) group(g uint64) *group[K, V] {
+	return (*group[K, V])(unsafe.Add(unsafe.Pointer(a), uintptr(g+1)*unsafe.Sizeof(a.head)))
 }
 
-// put fills the empty cell i with s, whose key hashes to h. Called with the
-// shard mutex held.
-func (a *array[K, V]) put(i, h uint64, s *Slot[K, V]) {
-	c := a.at(i)
-	c.hash = h
-	c.slot.Store(s)
+// slot returns slot j of g, for j < groupSlots.
+//
+// Safety: j < groupSlots indexes g.slots.
+func (g *group[K, V]) slot(j uint64) *atomic.Pointer[Slot[K, V]] {
+	return (*atomic.Pointer[Slot[K, V]])(unsafe.Add(unsafe.Pointer(&g.slots), uintptr(j)*unsafe.Sizeof(g.slots[0])))
+}
+
+// probe looks for key, whose hash is h, in a without a lock, and returns
+// its slot's pointer in the array, or nil.
+func (t *Table[K, V]) probe(a *array[K, V], h uint64, key K) *atomic.Pointer[Slot[K, V]] {
+	tags := tagsOf(h)
+	for g := a.home(h); ; g = a.next(g) {
+		grp := a.group(g)
+		ctrl := grp.ctrl.Load()
+		for m := matches(ctrl, tags); m != 0; m &= m - 1 {
+			if p := grp.slot(byteIndex(m)); t.equal(p.Load().key, key) {
+				return p
+			}
+		}
+		if empties(ctrl) != 0 {
+			return nil
+		}
+	}
+}
+
+// put stores s, whose key hashes to h, in the first empty slot of a from
+// h's home. Called with the shard mutex held, on an array with an empty
+// slot: the pointer first, then its control byte, so that a reader that
+// sees the tag finds the slot.
+func (a *array[K, V]) put(h uint64, s *Slot[K, V]) {
+	for g := a.home(h); ; g = a.next(g) {
+		grp := a.group(g)
+		ctrl := grp.ctrl.Load()
+		if e := empties(ctrl); e != 0 {
+			j := byteIndex(e)
+			grp.slot(j).Store(s)
+			grp.ctrl.Store(ctrl | tagOf(h)<<(8*j))
+			return
+		}
+	}
+}
+
+// each calls f with every slot of a, in order.
+func (a *array[K, V]) each(f func(*Slot[K, V]) bool) bool {
+	for g := range a.groups() {
+		grp := a.group(g)
+		for j := range uint64(groupSlots) {
+			if s := grp.slot(j).Load(); s != nil && !f(s) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // New returns an empty table with a fresh random hash seed.
@@ -203,7 +305,7 @@ func New[K comparable, V any](opt Options[K]) (*Table[K, V], error) {
 	t.shard0 = unsafe.Pointer(&t.shards[0])
 	t.hit.Store(t.ready)
 	for i := range t.shards {
-		t.shards[i].cells.Store(newArray[K, V](minCells))
+		t.shards[i].cells.Store(newArray[K, V](minSlots))
 	}
 	return t, nil
 }
@@ -285,23 +387,39 @@ func (t *Table[K, V]) Get(ctx context.Context, key K) (v V, err error) {
 	default:
 		return t.getOther(ctx, key) // Config.Hash and composite keys
 	}
-	// find, written out: the inliner finds it too large, and a call here
+	// probe, written out: the inliner finds it too large, and a call here
 	// would cost as much as the probe.
 	// Safety: h&shardMask < len(shards), whose first element is at shard0.
 	a := (*shard[K, V])(unsafe.Add(t.shard0, uintptr(h&t.shardMask)*unsafe.Sizeof(shardPadded[K, V]{}))).cells.Load()
-	for i := a.home(h); ; i = a.next(i) {
-		c := a.at(i)
-		s := c.slot.Load()
-		if s == nil {
+	// The groups are addressed with unsafe.Pointer arithmetic rather than
+	// the generic helpers probe uses: those make the compiler load and
+	// nil-check a sub-dictionary at each use in the loop.
+	//
+	// Safety: as array.group and group.slot; groupLayout is the layout of
+	// every group[K, V] (TestGroupLayout).
+	base := unsafe.Pointer(a)
+	n := (*atomic.Uint64)(base).Load() // the header's control word: the number of groups
+	g, _ := bits.Mul64(h, n)
+	tags := tagsOf(h)
+	for {
+		grp := unsafe.Add(base, uintptr(g+1)*groupSize)
+		ctrl := (*atomic.Uint64)(grp).Load()
+		for m := matches(ctrl, tags); m != 0; m &= m - 1 {
+			s := (*Slot[K, V])(atomic.LoadPointer((*unsafe.Pointer)(unsafe.Add(grp, slotsOffset+uintptr(byteIndex(m))*ptrSize))))
+			if t.equal(s.key, key) {
+				// One comparison answers both "Ready" and "not closed":
+				// Close swaps hit for a state no slot ever holds.
+				if s.state.Load() == t.hit.Load() {
+					return s.value, nil
+				}
+				return t.missed(ctx, key)
+			}
+		}
+		if empties(ctrl) != 0 {
 			break
 		}
-		if c.hash == h && t.equal(s.key, key) {
-			// One comparison answers both "Ready" and "not closed": Close
-			// swaps hit for a state no slot ever holds.
-			if s.state.Load() == t.hit.Load() {
-				return s.value, nil
-			}
-			break
+		if g++; g == n {
+			g = 0
 		}
 	}
 	return t.missed(ctx, key)
@@ -326,15 +444,10 @@ func (t *Table[K, V]) missed(ctx context.Context, key K) (v V, err error) {
 // find probes the array of h's shard for key, without a lock, and returns
 // its slot, in any state, or nil.
 func (t *Table[K, V]) find(h uint64, key K) *Slot[K, V] {
-	// Safety: h&shardMask < len(shards), whose first element is at shard0.
-	a := (*shard[K, V])(unsafe.Add(t.shard0, uintptr(h&t.shardMask)*unsafe.Sizeof(shardPadded[K, V]{}))).cells.Load()
-	for i := a.home(h); ; i = a.next(i) {
-		c := a.at(i)
-		s := c.slot.Load()
-		if s == nil || c.hash == h && t.equal(s.key, key) {
-			return s
-		}
+	if p := t.probe(t.shardOf(h).cells.Load(), h, key); p != nil {
+		return p.Load()
 	}
+	return nil
 }
 
 // equal compares keys; two strings at one address are equal without a call
@@ -379,39 +492,20 @@ func (t *Table[K, V]) insertSlow(key K, h uint64) *Slot[K, V] {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	a := sh.cells.Load()
-	if c := t.cellOf(a, key, h); c != nil {
-		if s := c.slot.Load(); s.state.Load() != t.dead {
+	if p := t.probe(a, h, key); p != nil {
+		if s := p.Load(); s.state.Load() != t.dead {
 			return s
 		}
 		// An invalidated slot whose Invalidate has not yet replaced it.
-		return t.renew(sh, c, key)
+		return t.renew(sh, p, key)
 	}
-	if uint64(sh.used+1)*maxLoadDen > a.len()*maxLoadNum {
+	if uint64(sh.used+1)*maxLoadDen > a.capacity()*maxLoadNum {
 		a = t.rebuild(sh, a)
 	}
-	i := a.home(h)
-	for a.at(i).slot.Load() != nil {
-		i = a.next(i)
-	}
 	s := t.newSlot(sh, key)
-	a.put(i, h, s)
+	a.put(h, s)
 	sh.used++
 	return s
-}
-
-// cellOf returns the cell of a that holds key, or nil. Called with the
-// shard mutex held, or on a snapshot.
-func (t *Table[K, V]) cellOf(a *array[K, V], key K, h uint64) *cell[K, V] {
-	for i := a.home(h); ; i = a.next(i) {
-		c := a.at(i)
-		s := c.slot.Load()
-		if s == nil {
-			return nil
-		}
-		if c.hash == h && s.key == key {
-			return c
-		}
-	}
 }
 
 func (t *Table[K, V]) newSlot(sh *shard[K, V], key K) *Slot[K, V] {
@@ -422,11 +516,11 @@ func (t *Table[K, V]) newSlot(sh *shard[K, V], key K) *Slot[K, V] {
 	return s
 }
 
-// renew puts a fresh slot for key in c, whose slot is Dead. Called with the
-// shard mutex held: cells change only under it.
-func (t *Table[K, V]) renew(sh *shard[K, V], c *cell[K, V], key K) *Slot[K, V] {
+// renew puts a fresh slot for key at p, whose slot is Dead. Called with the
+// shard mutex held: arrays change only under it.
+func (t *Table[K, V]) renew(sh *shard[K, V], p *atomic.Pointer[Slot[K, V]], key K) *Slot[K, V] {
 	s := t.newSlot(sh, key)
-	c.slot.Store(s)
+	p.Store(s)
 	return s
 }
 
@@ -468,8 +562,8 @@ func (t *Table[K, V]) InvalidateIf(s *Slot[K, V], match func(V) bool) (v V, ok b
 	}
 	sh := t.shardOf(h)
 	sh.mu.Lock()
-	if c := t.cellOf(sh.cells.Load(), s.key, h); c != nil && c.slot.Load() == s {
-		t.renew(sh, c, s.key)
+	if p := t.probe(sh.cells.Load(), h, s.key); p != nil && p.Load() == s {
+		t.renew(sh, p, s.key)
 	}
 	sh.mu.Unlock()
 	return v, true
@@ -483,29 +577,26 @@ func (t *Table[K, V]) InvalidateIf(s *Slot[K, V], match func(V) bool) (v V, ok b
 func (t *Table[K, V]) rebuild(sh *shard[K, V], old *array[K, V]) *array[K, V] {
 	live := 0
 	now := time.Now()
-	for i := range old.len() {
-		if s := old.at(i).slot.Load(); s != nil && !t.reclaim(s, now) {
+	old.each(func(s *Slot[K, V]) bool {
+		if !t.reclaim(s, now) {
 			live++
 		}
-	}
-	a := newArray[K, V](max(minCells, (live+1)*refillDen/refillNum+1))
+		return true
+	})
+	a := newArray[K, V](max(minSlots, (live+1)*refillDen/refillNum+1))
 	copied := 0
-	for i := range old.len() {
-		c := old.at(i)
-		s := c.slot.Load()
+	old.each(func(s *Slot[K, V]) bool {
 		// A slot may turn Dead meanwhile (an Invalidate), never back to
 		// life (Seal, the only other writer of a Dead slot, takes the
-		// mutex), so at most live slots are copied: they fit.
-		if s == nil || s.state.Load() == t.dead {
-			continue
+		// mutex), so at most live slots are copied: they fit. Groups keep
+		// no hash, so each key is hashed again (Options.Hash, if set, is
+		// called here, with the shard's mutex held).
+		if s.state.Load() != t.dead {
+			a.put(t.Hash(s.key), s)
+			copied++
 		}
-		j := a.home(c.hash)
-		for a.at(j).slot.Load() != nil {
-			j = a.next(j)
-		}
-		a.put(j, c.hash, s)
-		copied++
-	}
+		return true
+	})
 	sh.used = copied
 	sh.cells.Store(a)
 	return a
@@ -535,11 +626,8 @@ func (t *Table[K, V]) reclaim(s *Slot[K, V], now time.Time) bool {
 func (t *Table[K, V]) All() iter.Seq[*Slot[K, V]] {
 	return func(yield func(*Slot[K, V]) bool) {
 		for i := range t.shards {
-			a := t.shards[i].cells.Load()
-			for j := range a.len() {
-				if s := a.at(j).slot.Load(); s != nil && !yield(s) {
-					return
-				}
+			if !t.shards[i].cells.Load().each(yield) {
+				return
 			}
 		}
 	}
@@ -570,15 +658,13 @@ func (t *Table[K, V]) Seal(seal func(s *Slot[K, V], old *State[V])) error {
 			return ErrSealed
 		}
 		sh.closed = true
-		a := sh.cells.Load()
 		batch = batch[:0]
-		for j := range a.len() {
-			if s := a.at(j).slot.Load(); s != nil {
-				if old := s.state.Swap(t.sealed); old != nil && old != t.dead {
-					batch = append(batch, sealed{s, old})
-				}
+		sh.cells.Load().each(func(s *Slot[K, V]) bool {
+			if old := s.state.Swap(t.sealed); old != nil && old != t.dead {
+				batch = append(batch, sealed{s, old})
 			}
-		}
+			return true
+		})
 		sh.mu.Unlock()
 		for _, b := range batch {
 			seal(b.s, b.old)
