@@ -63,7 +63,7 @@ baseline: ## rewrite results/baseline.json from three runs of the short suite on
 	mv $(RESULTS)/baseline.json.tmp $(RESULTS)/baseline.json
 
 .PHONY: results
-results: ## the full measurement into results/: go test -cpu 1,2,4,8 -count 10, epbench -count 5, benchstat, charts, READMEs (about 30 minutes)
+results: ## the full measurement into results/: go test -cpu 1,2,4,8 -count 10, epbench -count 5 (and tcpstorm at rtt 5ms, 20ms), benchstat, charts, READMEs (about 40 minutes)
 	mkdir -p $(RESULTS)/epbench
 	{ echo "$$(nproc) × $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $$(free -g | awk '/Mem:/ {print $$2}') GiB, $$($(GO) version | cut -d' ' -f3-)"; \
 	  echo "cpus: $$(nproc)"; echo "cpu: $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"; \
@@ -74,11 +74,17 @@ results: ## the full measurement into results/: go test -cpu 1,2,4,8 -count 10, 
 	  "$(GO) test -run '^\$$' -bench . -benchmem -cpu 1,2,4,8 -count 10 -benchtime 100ms ./epcache ./shard ./bench > $(RESULTS)/gobench.txt" \
 	  "$(GO) run $(BENCHSTAT) -col /impl $(RESULTS)/gobench.txt > $(RESULTS)/benchstat.txt" \
 	  "$(GO) run ./cmd/epbench -count 5 -out $(RESULTS)/epbench" \
+	  "$(GO) run ./cmd/epbench $(RTT_RUNS) -count 5 -out $(RESULTS)/epbench-rtt" \
 	  "$(GO) run ./internal/resultsdoc -results $(RESULTS) -readme README.md" > $(RESULTS)/commands.txt
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1,2,4,8 -count 10 -benchtime 100ms ./epcache ./shard ./bench > $(RESULTS)/gobench.txt
 	$(GO) run $(BENCHSTAT) -col /impl $(RESULTS)/gobench.txt > $(RESULTS)/benchstat.txt
 	$(GO) run ./cmd/epbench -count 5 -out $(RESULTS)/epbench
+	$(GO) run ./cmd/epbench $(RTT_RUNS) -count 5 -out $(RESULTS)/epbench-rtt
 	$(GO) run ./internal/resultsdoc -results $(RESULTS) -readme README.md
+
+# tcpstorm at the longer modelled round trips, beside the default suite's 0
+# and 1ms, with either kind of context.
+RTT_RUNS := -workload tcpstorm -keys uint64 -peers 32 -goroutines 8 -rtt 5ms,20ms -ctx background,cancel
 
 FUZZTIME        ?= 10s
 STRESS_FUZZTIME ?= 3m

@@ -54,16 +54,29 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	data, err := os.ReadFile(filepath.Join(*dir, "epbench", "results.json"))
-	if err != nil {
-		return err
-	}
+	// The default suite, and the runs beside it: tcpstorm at the longer
+	// modelled round trips.
 	var results []bench.Result
-	if err := json.Unmarshal(data, &results); err != nil {
-		return err
+	for _, sub := range []string{"epbench", "epbench-rtt"} {
+		data, err := os.ReadFile(filepath.Join(*dir, sub, "results.json"))
+		if errors.Is(err, os.ErrNotExist) && sub != "epbench" {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		var rs []bench.Result
+		if err := json.Unmarshal(data, &rs); err != nil {
+			return fmt.Errorf("%s/results.json: %w", sub, err)
+		}
+		results = append(results, rs...)
 	}
 	if len(results) == 0 {
 		return errors.New("results.json holds no runs")
+	}
+	ucx, err := read("ucxstorm.txt")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
 
 	var doc bytes.Buffer
@@ -73,10 +86,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	direct := directHits(gobench, nproc(machine))
+	direct := directHits(gobench)
 	fmt.Fprintf(&doc, "## Targets\n\n%s\n", targets(results, direct))
-	fmt.Fprintf(&doc, "## epbench, default suite\n\nMedians of %d runs of each spec. ×epcache is the implementation's time over epcache's (above 1: slower than epcache). Latency: every Get is timed in storm and flaky, one in 64 in hit, churn and mixed.\n\n", runsPerSpec(results))
+	fmt.Fprintf(&doc, "## epbench, default suite, and tcpstorm at longer round trips\n\nMedians of %d runs of each spec. ×epcache is the implementation's time over epcache's (above 1: slower than epcache). Latency: every Get is timed in storm and flaky, one in 64 in hit, churn and mixed. rtt is a modelled network round trip, paid once per round trip of each connection's setup (a timer, not a measurement). ctx=cancel: the Gets pass a context that can end, so epcache creates on a goroutine of its own.\n\n", runsPerSpec(results))
 	fmt.Fprint(&doc, tables(results))
+	if ucx != "" {
+		fmt.Fprintf(&doc, "\n## ucxstorm\n\n`make results-ucx` (UCX endpoints between 16 workers of one process; needs libucx-dev):\n\n```text\n%s\n```\n", ucx)
+	}
 	fmt.Fprintf(&doc, "\n![hit throughput](epbench/throughput.svg)\n\n![storm completion](epbench/storm.svg)\n\n![storm latency](epbench/latency.svg)\n\n")
 	fmt.Fprintf(&doc, "## go test benchmarks\n\n`benchstat -col /impl` over `gobench.txt` (the raw output beside this file).\n\n```text\n%s\n```\n", stat)
 	if err := os.WriteFile(filepath.Join(*dir, "README.md"), doc.Bytes(), 0o644); err != nil {
@@ -95,7 +111,7 @@ func run() error {
 	var sec bytes.Buffer
 	fmt.Fprintf(&sec, "%s\n\nMeasured by `make results` on %s. Full tables, the go test benchmarks and the exact commands: [results/README.md](results/README.md).\n\n", beginMark, firstLine(machine))
 	fmt.Fprintf(&sec, "%s\n", targets(results, direct))
-	fmt.Fprint(&sec, tables(results, "hit", "storm"))
+	fmt.Fprint(&sec, tables(results, "hit", "storm", "churn", "tcpstorm"))
 	fmt.Fprintf(&sec, "\n![hit throughput](results/epbench/throughput.svg)\n\n![storm completion](results/epbench/storm.svg)\n\n![storm latency](results/epbench/latency.svg)\n\n")
 	out := append(append(append([]byte{}, top[:b]...), sec.Bytes()...), top[e:]...)
 	return os.WriteFile(*readme, out, 0o644)
@@ -166,7 +182,16 @@ func tables(results []bench.Result, workloads ...string) string {
 		if storm {
 			head = "until all ready"
 		}
-		fmt.Fprintf(&b, "\n**%s** (GOMAXPROCS=%d, creation cost %s, measured mean %s)\n\n", k.name, k.procs, any.Cost, meanCreate(impls))
+		var about string
+		switch {
+		case any.Workload == "hit":
+			about = "" // a hit creates nothing
+		case any.IsMesh():
+			about = ", real connections, measured mean creation " + meanCreate(impls)
+		default:
+			about = fmt.Sprintf(", creation cost %s, measured mean %s", any.Cost, meanCreate(impls))
+		}
+		fmt.Fprintf(&b, "\n**%s** (GOMAXPROCS=%d%s)\n\n", k.name, k.procs, about)
 		fmt.Fprintf(&b, "| impl | %s | ×epcache | p50 | p99 | p99.9 | allocs/op | creates | duplicates | leaked | overlap |\n|---|---|---|---|---|---|---|---|---|---|---|\n", head)
 		ref := impls["epcache"].NsPerOp
 		for _, name := range bench.ImplNames() {
@@ -203,24 +228,12 @@ func meanCreate(impls map[string]bench.Result) string {
 	return "-"
 }
 
-// nproc reads the "cpus: N" line of machine.txt.
-func nproc(machine string) int {
-	for line := range strings.SplitSeq(machine, "\n") {
-		var n int
-		if _, err := fmt.Sscanf(line, "cpus: %d", &n); err == nil {
-			return n
-		}
-	}
-	return 0
-}
-
-// directHits returns, by "impl/keys", the median ns/op of epcache's own
-// BenchmarkHit (implementations called directly, no interface between) at
-// -cpu procs.
-func directHits(gobench string, procs int) map[string]float64 {
+// directHits returns, by "impl/keys/peers/procs", the median ns/op of
+// epcache's own BenchmarkHit (implementations called directly, no interface
+// between).
+func directHits(gobench string) map[string]float64 {
 	samples := map[string][]float64{}
 	pkg := ""
-	suffix := fmt.Sprintf("-%d", procs)
 	for line := range strings.SplitSeq(gobench, "\n") {
 		if p, ok := strings.CutPrefix(line, "pkg: "); ok {
 			pkg = p
@@ -230,17 +243,17 @@ func directHits(gobench string, procs int) map[string]float64 {
 		if pkg != "github.com/epcache/epcache/epcache" || len(f) < 4 || f[3] != "ns/op" || !strings.HasPrefix(f[0], "BenchmarkHit/") {
 			continue
 		}
-		name, ok := strings.CutSuffix(f[0], suffix)
-		if !ok {
-			continue
+		// BenchmarkHit/impl=epcache/keys=uint64/peers=1024-2 -> epcache/uint64/1024/2
+		name, procs := f[0], "1" // go test leaves -1 off
+		if i := strings.LastIndex(name, "-"); i > strings.LastIndex(name, "=") {
+			name, procs = name[:i], name[i+1:]
 		}
 		var ns float64
 		if _, err := fmt.Sscan(f[2], &ns); err != nil {
 			continue
 		}
-		// BenchmarkHit/impl=epcache/keys=uint64 -> epcache/uint64
-		name = strings.NewReplacer("BenchmarkHit/impl=", "", "/keys=", "/").Replace(name)
-		samples[name] = append(samples[name], ns)
+		name = strings.NewReplacer("BenchmarkHit/impl=", "", "/keys=", "/", "/peers=", "/").Replace(name)
+		samples[name+"/"+procs] = append(samples[name+"/"+procs], ns)
 	}
 	out := map[string]float64{}
 	for name, v := range samples {
@@ -250,7 +263,7 @@ func directHits(gobench string, procs int) map[string]float64 {
 	return out
 }
 
-// targets states the issue's targets and what this run measured for them.
+// targets states the issues' targets and what this run measured for them.
 func targets(results []bench.Result, direct map[string]float64) string {
 	_, by := medians(results)
 	var b strings.Builder
@@ -266,12 +279,10 @@ func targets(results []bench.Result, direct map[string]float64) string {
 		}
 		fmt.Fprintf(&b, "| %s ≤ %.2f | %.3f | %s |\n", what, limit, ratio, met)
 	}
-	find := func(workload, keys string, peers, goroutines int, cost string) map[string]bench.Result {
-		for k, impls := range by {
-			_ = k
+	find := func(match func(bench.Spec) bool) map[string]bench.Result {
+		for _, impls := range by {
 			for _, r := range impls {
-				if r.Workload == workload && r.Keys == keys && r.Peers == peers && (goroutines == 0 || r.Goroutines == goroutines) &&
-					(cost == "" || r.Cost == cost) && (workload != "hit" || r.Dist == "uniform") {
+				if match(r.Spec) {
 					return impls
 				}
 				break
@@ -279,35 +290,62 @@ func targets(results []bench.Result, direct map[string]float64) string {
 		}
 		return nil
 	}
-	ratio := func(impls map[string]bench.Result, ref string) float64 {
-		e, r := impls["epcache"], impls[ref]
+	ratio := func(impls map[string]bench.Result, of, ref string) float64 {
+		e, r := impls[of], impls[ref]
 		if e.NsPerOp == 0 || r.NsPerOp == 0 {
 			return 0
 		}
 		return e.NsPerOp / r.NsPerOp
 	}
-	for _, keys := range []string{"uint64", "string"} {
-		d := func(ref string) float64 {
-			if direct["epcache/"+keys] == 0 || direct[ref+"/"+keys] == 0 {
-				return 0
+	// The hit path (issue 10): direct calls, both key types, both sizes,
+	// GOMAXPROCS 1 and 2.
+	for _, procs := range []string{"1", "2"} {
+		for _, peers := range []string{"1024", "65536"} {
+			for _, keys := range []string{"uint64", "string"} {
+				d := func(impl, ref string) float64 {
+					e, r := direct[impl+"/"+keys+"/"+peers+"/"+procs], direct[ref+"/"+keys+"/"+peers+"/"+procs]
+					if e == 0 || r == 0 {
+						return 0
+					}
+					return e / r
+				}
+				what := fmt.Sprintf("hit, %s keys, %s peers, GOMAXPROCS %s (go test): ", keys, peers, procs)
+				row(what+"epcache ÷ xsync v4", d("epcache", "xsync4"), 0.9)
+				row(what+"epcache ÷ sync.Map", d("epcache", "syncmap"), 0.5)
+				row(what+"Load ÷ Get", d("epcache-load", "epcache"), 1.0)
 			}
-			return direct["epcache/"+keys] / direct[ref+"/"+keys]
 		}
-		row("hit, "+keys+" keys, direct calls (go test): epcache ÷ sync.Map", d("syncmap"), 0.5)
-		row("hit, "+keys+" keys, direct calls (go test): epcache ÷ xsync v4", d("xsync4"), 1.0)
-		hit := find("hit", keys, 1024, 0, "")
-		row("hit, "+keys+" keys, through bench.Cache (epbench): epcache ÷ sync.Map", ratio(hit, "syncmap"), 0.5)
-		row("hit, "+keys+" keys, through bench.Cache (epbench): epcache ÷ xsync v4", ratio(hit, "xsync4"), 1.0)
 	}
-	storm := find("storm", "uint64", 1024, 64, "sleep:1ms")
-	row("storm P=1,024 G=64 sleep:1ms: epcache ÷ mutex", ratio(storm, "mutex"), 0.05)
-	row("storm P=1,024 G=64 sleep:1ms: epcache ÷ xsync v3", ratio(storm, "xsync"), 0.5)
+	storm := find(func(s bench.Spec) bool {
+		return s.Workload == "storm" && s.Keys == "uint64" && s.Peers == 1024 && s.Goroutines == 64 && s.Cost == "sleep:1ms"
+	})
+	row("storm P=1,024 G=64 sleep:1ms: epcache ÷ mutex", ratio(storm, "epcache", "mutex"), 0.05)
 	if e, ok := storm["epcache"]; ok {
 		met := "yes"
 		if e.Creates != uint64(e.Peers) {
 			met = "**no**"
 		}
 		fmt.Fprintf(&b, "| storm: epcache creates = P = %d | %d | %s |\n", e.Peers, e.Creates, met)
+	}
+	// Real use (issue 9): cheap creations, real connections, network delay.
+	for _, churn := range []float64{0.01, 0.05} {
+		c := find(func(s bench.Spec) bool {
+			return s.Workload == "churn" && s.Cost == "none" && s.Churn == churn && s.Ctx == ""
+		})
+		what := fmt.Sprintf("churn %g%%, cost none: ", churn*100)
+		row(what+"epcache ÷ sync.Map", ratio(c, "epcache", "syncmap"), 1.5)
+		row(what+"epcache ÷ array", ratio(c, "epcache", "array"), 1.5)
+	}
+	for _, tc := range []struct {
+		rtt          time.Duration
+		array, mutex float64
+	}{{0, 1.1, 1.0}, {5 * time.Millisecond, 1.1, 0.5}} {
+		ts := find(func(s bench.Spec) bool {
+			return s.Workload == "tcpstorm" && s.Peers == 32 && s.Goroutines == 8 && s.RTT == tc.rtt && s.Ctx == ""
+		})
+		what := fmt.Sprintf("tcpstorm P=32 G=8 rtt %v: ", tc.rtt)
+		row(what+"epcache ÷ array", ratio(ts, "epcache", "array"), tc.array)
+		row(what+"epcache ÷ mutex", ratio(ts, "epcache", "mutex"), tc.mutex)
 	}
 	leaks := 0
 	for _, r := range results {
