@@ -85,12 +85,21 @@ func (c *Cache[K, V]) Load(key K) (v V, ok bool) {
 	return v, err == nil
 }
 
-func (c *Cache[K, V]) getSlow(ctx context.Context, key K) (v V, err error) {
+func (c *Cache[K, V]) getSlow(ctx context.Context, key K) (V, error) {
+	v, _, err := c.obtain(ctx, key, false)
+	return v, err
+}
+
+// obtain is the slow path of Get and Acquire: it returns key's value,
+// creating it or waiting for its creation, and with lease a lease of it. A
+// zero Lease with a nil error means the value left the cache before it
+// could be leased: the caller tries again.
+func (c *Cache[K, V]) obtain(ctx context.Context, key K, lease bool) (v V, l Lease[K, V], err error) {
 	if c.table.Closed() {
-		return v, ErrClosed
+		return v, l, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return v, err // nobody to create for
+		return v, l, err // nobody to create for
 	}
 	s := c.table.LoadOrInsert(key)
 	for {
@@ -98,30 +107,40 @@ func (c *Cache[K, V]) getSlow(ctx context.Context, key K) (v V, err error) {
 		switch st.Status() {
 		case shard.Ready:
 			if c.table.Closed() {
-				return v, ErrClosed
+				return v, l, ErrClosed
 			}
-			return s.Value(), nil
+			if lease {
+				tk, ok := s.Lease()
+				if !ok {
+					return v, l, nil // invalidated meanwhile
+				}
+				l = Lease[K, V]{c, s, tk}
+			}
+			return s.Value(), l, nil
 		case shard.Creating:
 			c.stats.of(unsafe.Pointer(s)).waits.Add(1)
-			return c.wait(ctx, s, st.Flight())
+			return c.wait(ctx, s, st.Flight(), false, lease)
 		case shard.Failed:
 			f := st.Flight()
 			// A zero Until marks a timed-out Create still running.
 			if until := f.Until(); until.IsZero() || time.Now().Before(until) {
 				c.stats.of(unsafe.Pointer(s)).errorHits.Add(1)
 				_, err := f.Result()
-				return v, err
+				return v, l, err
 			}
 			fallthrough // the failure has expired: create again
 		case shard.Empty:
 			g := &c.stats.of(unsafe.Pointer(s)).gate
 			if !g.enter() {
-				return v, ErrClosed
+				return v, l, ErrClosed
 			}
 			claim, f, ok := s.Claim(st, valuesOf(ctx))
 			if !ok {
 				g.exit()
 				continue // somebody else moved the slot first
+			}
+			if lease {
+				f.WantLease() // leased before it is published: see shard.Flight.WantLease
 			}
 			// Close cancels the creations it finds in the table after it
 			// closed it; this one may have been claimed too late to be found.
@@ -135,45 +154,92 @@ func (c *Cache[K, V]) getSlow(ctx context.Context, key K) (v V, err error) {
 				// fresh stack for Create and two trips through the
 				// scheduler.
 				c.run(s, claim, f)
-				return c.outcome(f)
+				return c.outcome(s, f, true, lease)
 			}
 			go c.run(s, claim, f)
-			return c.wait(ctx, s, f)
+			return c.wait(ctx, s, f, true, lease)
 		case shard.Dead:
 			s = c.table.LoadOrInsert(key)
 		case shard.Sealed:
-			return v, ErrClosed
+			return v, l, ErrClosed
+		case shard.Blocked:
+			// A creation that an Offer answered still runs: no second one
+			// may start before it returns.
+			select {
+			case <-st.Flight().Done():
+				s.Unblock(st)
+			case <-ctx.Done():
+				return v, l, ctx.Err()
+			case <-c.closing:
+				return v, l, ErrClosed
+			}
 		}
 	}
 }
 
 // wait parks until f's outcome, ctx's end or Close, whichever comes first.
-func (c *Cache[K, V]) wait(ctx context.Context, s *shard.Slot[K, V], f *shard.Flight[V]) (v V, err error) {
+// claimer says that the caller started the creation.
+func (c *Cache[K, V]) wait(ctx context.Context, s *shard.Slot[K, V], f *shard.Flight[V], claimer, lease bool) (v V, l Lease[K, V], err error) {
 	select {
 	case <-f.Done():
-		return c.outcome(f)
+		return c.outcome(s, f, claimer, lease)
 	case <-ctx.Done():
 		c.stats.of(unsafe.Pointer(s)).cancels.Add(1)
-		return v, ctx.Err()
+		c.leave(s, f, claimer, lease)
+		return v, l, ctx.Err()
 	case <-c.closing:
-		return v, ErrClosed
+		c.leave(s, f, claimer, lease)
+		return v, l, ErrClosed
 	}
 }
 
-// outcome is what a Get gets from f, whose Done is closed or about to be.
-func (c *Cache[K, V]) outcome(f *shard.Flight[V]) (v V, err error) {
+// outcome is what a Get or Acquire gets from f, whose Done is closed or
+// about to be.
+func (c *Cache[K, V]) outcome(s *shard.Slot[K, V], f *shard.Flight[V], claimer, lease bool) (v V, l Lease[K, V], err error) {
 	<-f.Done()
 	if c.table.Closed() {
-		return v, ErrClosed // the value, if any, is being released
+		c.leave(s, f, claimer, lease)
+		return v, l, ErrClosed // the value, if any, is being released
 	}
-	return f.Result()
+	if v, err = f.Result(); err != nil || !lease {
+		return v, l, err
+	}
+	if claimer {
+		if tk, ok := f.TakeLease(); ok {
+			return v, Lease[K, V]{c, s, tk}, nil
+		}
+	}
+	// A waiter, or a claimer whose creation an Offer answered: v is
+	// published on s, unless it was invalidated already.
+	tk, ok := s.Lease()
+	if !ok {
+		return *new(V), l, nil
+	}
+	return v, Lease[K, V]{c, s, tk}, nil
+}
+
+// leave is what a claimer that asked for a lease does when it leaves
+// without the outcome: the lease its creator may have taken for it ends.
+func (c *Cache[K, V]) leave(s *shard.Slot[K, V], f *shard.Flight[V], claimer, lease bool) {
+	if !claimer || !lease {
+		return
+	}
+	if tk, taken := f.ClaimerLeaves(); taken {
+		if last, _ := s.EndLease(tk); last {
+			st := c.stats.of(unsafe.Pointer(s))
+			st.lingering.Add(-1)
+			c.releaseQuietly(st, s.Key(), s.Value())
+		}
+	}
 }
 
 // Invalidate drops key's value and releases it, reporting true, if the cache
 // holds one. A key that is absent or still being created gives false, and a
 // creation in flight is not disturbed. Release runs on the calling goroutine
 // before Invalidate returns; if it panics, the panic propagates to the
-// caller, and the value counts as released all the same.
+// caller, and the value counts as released all the same. A value that a
+// Lease holds (see Acquire) leaves the cache at once all the same, but is
+// released by the Release of its last lease, not here.
 //
 // The value leaves the cache before Release is called, so a Get of the key
 // from another goroutine may start a new creation while this Release is
@@ -206,7 +272,11 @@ func (c *Cache[K, V]) invalidate(key K, match func(V) bool) bool {
 		return false
 	}
 	st.ready.Add(-1)
-	c.releaseNow(st, key, v)
+	if s.Abandon() {
+		c.releaseNow(st, key, v)
+	} else {
+		st.lingering.Add(1) // released by the end of its last lease
+	}
 	return true
 }
 
@@ -269,6 +339,10 @@ func (c *Cache[K, V]) releaseAll(values []held[K, V], done chan struct{}) {
 	for ; i < len(values); i++ {
 		st := c.stats.of(unsafe.Pointer(values[i].slot))
 		st.ready.Add(-1)
+		if !values[i].slot.Abandon() {
+			st.lingering.Add(1) // released by the end of its last lease
+			continue
+		}
 		c.releaseQuietly(st, values[i].slot.Key(), values[i].v)
 	}
 }
@@ -313,6 +387,11 @@ func (c *Cache[K, V]) Stats() Stats { return c.stats.sum() }
 // for them (a Create that ignores its context delays Close until it
 // returns) and for Releases already running, releases every value the cache
 // still holds exactly once, and returns when every Release has returned.
+//
+// Close does not wait for leases (see Acquire): a value a Lease holds is
+// released by the Release of its last lease, on that goroutine, after Close
+// may have returned. Stats.Lingering counts the values still waiting so; one
+// that stays there names a lease that was never released.
 //
 // Close reports the panics of Release calls it could not propagate (those
 // made by Close itself and by creations that finished after their callers

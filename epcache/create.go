@@ -65,6 +65,7 @@ func (c *Cache[K, V]) run(s *shard.Slot[K, V], claim *shard.State[V], f *shard.F
 		// The creation's context ends when Create returns, as a context
 		// passed to a call does, and before anybody hears of the outcome.
 		f.Cancel(context.Canceled)
+		f.MarkReturned() // a slot Blocked on this creation (see Offer) may be claimed
 		if !returned {
 			err = ErrGoexit
 		}
@@ -153,9 +154,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // settle delivers a finished creation's outcome: to the slot and the waiters
-// if the flight is still unresolved, and otherwise (a timeout or Close
-// answered the waiters already) by releasing a value nobody asked for any
-// more and freeing the slot.
+// if the flight is still unresolved, and otherwise (a timeout answered the
+// waiters already, or an Offer did) by releasing a value nobody asked for
+// any more and settling the slot.
 func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V], v V, err error) {
 	st := c.stats.of(unsafe.Pointer(s))
 	if err == nil {
@@ -165,6 +166,7 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 		if err == nil {
 			// Publish cannot fail: Close seals the table only after every
 			// creation has left the gate.
+			s.LeaseFor(f) // an Acquire that claimed: leased before anyone can invalidate
 			c.table.Publish(s, claim, v)
 			st.ready.Add(1)
 			f.Finish(v, nil, time.Time{})
@@ -186,9 +188,11 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 	}
 	<-f.Done() // the party that resolved the flight may still be finishing it
 	var failure *shard.State[V]
-	if _, ferr := f.Result(); c.ttl > 0 {
+	if _, ferr := f.Result(); ferr != nil && c.ttl > 0 {
 		failure = shard.NewFailure[V](ferr, time.Now().Add(c.ttl))
 	}
+	// An Offer that answered the flight has made the claim Ready already:
+	// then this changes nothing.
 	s.Settle(claim, failure)
 	// Released last, so that a Release that calls runtime.Goexit leaves the
 	// slot settled (and run's deferred gate exit still runs).

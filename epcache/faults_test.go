@@ -49,6 +49,10 @@ import (
 //	Release calls Goexit (Invalidate, CAI)   TestFaultReleaseGoexitInInvalidate
 //	Release is slow (Close waits)            TestCloseWaitsForRunningRelease
 //	Release is slow (nothing else waits)     TestFaultSlowRelease
+//	leases held across Invalidate, CAI,      TestFaultLeases (here), TestLeaseAndOfferStress
+//	  Close, with Release panicking or
+//	  calling back
+//	Offer racing creations and Invalidate    TestOfferAnswersACreationInFlight, TestLeaseAndOfferStress
 
 // faultCase runs body in a synctest bubble for every hash variant.
 func faultCase(t *testing.T, body func(t *testing.T, hash func(int) uint64)) {
@@ -482,4 +486,90 @@ func TestFaultSlowRelease(t *testing.T) {
 		assert.Equal(t, time.Hour+2*time.Second, time.Since(start), "Close waited for the late value's slow Release")
 		assert.Equal(t, time.Duration(0), time.Since(closeStart)-2*time.Second, "and for nothing else")
 	})
+}
+
+// Leases held across Invalidate, CompareAndInvalidate and Close, in a storm,
+// while Release panics now and then, or calls back into the cache: no value
+// is released while a lease holds it, each is released once, by whoever
+// ends its last lease (a Lease.Release, which gets the panic) or gives it
+// up unleased (Invalidate, Close).
+func TestFaultLeases(t *testing.T) {
+	const goroutines, ops, keys = 12, 40, 4
+	for _, mode := range []string{"plain", "panicking", "reentrant"} {
+		t.Run("release="+mode, func(t *testing.T) {
+			faultCase(t, func(t *testing.T, hash func(int) uint64) {
+				l := newLedger()
+				var c *epcache.Cache[int, *conn]
+				var leasedRelease, panics atomic.Int32
+				c = newCache(t, l, hash, func(cfg *epcache.Config[int, *conn]) {
+					cfg.Release = func(k int, v *conn) {
+						if v.leases.Load() != 0 {
+							leasedRelease.Add(1)
+						}
+						l.release(k, v)
+						switch {
+						case mode == "panicking" && v.gen%3 == 0:
+							panic("release failed")
+						case mode == "reentrant":
+							c.Load(k)
+							c.Invalidate((k + 1) % keys)
+						}
+					}
+				})
+				// recovering runs f, and counts a panic of Release.
+				recovering := func(f func()) {
+					defer func() {
+						if r := recover(); r != nil {
+							if r != "release failed" {
+								panic(r)
+							}
+							panics.Add(1)
+						}
+					}()
+					f()
+				}
+				var wg sync.WaitGroup
+				for g := range goroutines {
+					wg.Go(func() {
+						r := rand.New(rand.NewPCG(uint64(g), 11))
+						for i := range ops {
+							k := r.IntN(keys)
+							switch r.IntN(4) {
+							case 0, 1:
+								a, err := c.Acquire(context.Background(), k)
+								if err != nil {
+									assert.ErrorIs(t, err, epcache.ErrClosed)
+									continue
+								}
+								v := a.Value()
+								v.leases.Add(1)
+								time.Sleep(time.Duration(r.IntN(3)) * time.Millisecond)
+								v.leases.Add(-1)
+								recovering(a.Release)
+							case 2:
+								recovering(func() { c.Invalidate(k) })
+							default:
+								if v, ok := c.Load(k); ok {
+									recovering(func() { c.CompareAndInvalidate(k, v) })
+								}
+							}
+							if g == 0 && i == ops/2 {
+								err := c.Close()
+								if mode != "panicking" {
+									assert.NoError(t, err)
+								}
+							}
+						}
+					})
+				}
+				wg.Wait()
+				assert.Zero(t, leasedRelease.Load(), "released while leased")
+				st := c.Stats()
+				assert.Zero(t, st.Lingering, "every lease ended")
+				if mode == "panicking" {
+					assert.LessOrEqual(t, uint64(panics.Load()), st.ReleasePanics, "panics reached the Releases of leases and Invalidates")
+				}
+			})
+		})
+	}
 }

@@ -49,6 +49,9 @@ const (
 	opForget
 	opAll // All and Len against the model
 	opClose
+	opAcquire      // Get plus a lease, kept by the model
+	opReleaseLease // release the key's oldest lease
+	opOffer        // offer a value made elsewhere
 	numFuzzOps
 )
 
@@ -67,10 +70,14 @@ type cacheModel struct {
 	stale    map[int]*conn     // each key's last value given up
 	fails    map[int]int       // attempts to create the key that will fail, in the model
 	creates  map[int]int       // the same, for the real Create
+	leases   map[int][]epcache.Lease[int, *conn]
+	leased   map[*conn]int  // leases held on each value
+	given    map[*conn]bool // values given up while leased: released by their last lease
 	closed   bool
 	ttl      bool
 	retry    bool
 	expected epcache.Stats
+	ledger   *ledger
 }
 
 func runCacheOps(t *testing.T, data []byte) {
@@ -78,9 +85,11 @@ func runCacheOps(t *testing.T, data []byte) {
 	m := &cacheModel{
 		held: map[int]*conn{}, failed: map[int]time.Time{}, stale: map[int]*conn{},
 		fails: map[int]int{}, creates: map[int]int{},
+		leases: map[int][]epcache.Lease[int, *conn]{}, leased: map[*conn]int{}, given: map[*conn]bool{},
 		ttl: data[0]&4 != 0, retry: data[0]&8 != 0,
 	}
 	l := newLedger()
+	m.ledger = l
 	c := newCache(t, l, hash, func(cfg *epcache.Config[int, *conn]) {
 		cfg.Create = func(_ context.Context, key int) (*conn, error) {
 			l.enter(key)
@@ -109,8 +118,31 @@ func runCacheOps(t *testing.T, data []byte) {
 			t.FailNow()
 		}
 	}
-	require.NoError(t, c.Close())
+	m.apply(t, c, opClose, 0, 0, "final Close")
+	// Every lease still held ends now: the values given up are released.
+	for key := range fuzzKeys {
+		for len(m.leases[key]) > 0 {
+			m.apply(t, c, opReleaseLease, key, key, "final lease releases")
+		}
+	}
+	require.Zero(t, c.Stats().Lingering)
 	// newCache's cleanup has the ledger check every release.
+}
+
+// giveUp is the model of a value leaving the cache: released now, or by
+// its last lease.
+func (m *cacheModel) giveUp(t *testing.T, v *conn, step string) {
+	st := &m.expected
+	st.Ready--
+	if m.leased[v] > 0 {
+		assert.Zero(t, v.released.Load(), "%s: released while leased", step)
+		m.given[v] = true
+		st.Lingering++
+		return
+	}
+	assert.EqualValues(t, 1, v.released.Load(), "%s: released when given up", step)
+	st.Releases++
+	st.Live--
 }
 
 func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp, key, arg int, step string) {
@@ -160,12 +192,9 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 		want := held && !m.closed && op != opCompareAndInvalidateStale
 		require.Equal(t, want, ok, step)
 		if want {
-			assert.EqualValues(t, 1, v.released.Load(), "%s: released before Invalidate returned", step)
 			delete(m.held, key)
 			m.stale[key] = v
-			st.Releases++
-			st.Live--
-			st.Ready--
+			m.giveUp(t, v, step)
 		}
 	case opFailNext:
 		m.fails[key] += 1 + arg/fuzzKeys%3
@@ -192,14 +221,72 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 		require.NoError(t, c.Close(), step)
 		if !m.closed {
 			for _, v := range m.held {
-				assert.EqualValues(t, 1, v.released.Load(), step)
+				m.giveUp(t, v, step)
 			}
-			st.Releases += uint64(len(m.held))
-			st.Live -= int64(len(m.held))
-			st.Ready = 0
 		}
 		m.closed = true
+	case opAcquire:
+		lease, err := c.Acquire(context.Background(), key)
+		want, wantErr := m.get(key)
+		if wantErr != nil {
+			assert.Same(t, wantErr, err, step)
+			assert.Nil(t, lease.Value(), step)
+			return
+		}
+		require.NoError(t, err, step)
+		v := lease.Value()
+		if want == nil { // a creation
+			require.NotNil(t, v, step)
+			m.held[key] = v
+			st.Creates++
+			st.Live++
+			st.Ready++
+		} else {
+			assert.Same(t, want, v, step)
+		}
+		m.leases[key] = append(m.leases[key], lease)
+		m.leased[v]++
+	case opReleaseLease:
+		ls := m.leases[key]
+		if len(ls) == 0 {
+			return
+		}
+		lease := ls[0]
+		m.leases[key] = ls[1:]
+		v := lease.Value()
+		lease.Release()
+		m.leased[v]--
+		if m.leased[v] == 0 && m.given[v] {
+			delete(m.given, v)
+			assert.EqualValues(t, 1, v.released.Load(), "%s: released by its last lease", step)
+			st.Releases++
+			st.Live--
+			st.Lingering--
+		} else {
+			assert.Zero(t, v.released.Load(), "%s: released while leased or held", step)
+		}
+		assert.Panics(t, lease.Release, "%s: a lease released twice", step)
+	case opOffer:
+		v := m.offered(key)
+		ok := c.Offer(key, v)
+		_, held := m.held[key]
+		want := !held && !m.closed
+		require.Equal(t, want, ok, step)
+		if !want {
+			m.ledger.keepBack(v) // still the caller's
+			return
+		}
+		m.held[key] = v
+		delete(m.failed, key)
+		st.Offers++
+		st.Live++
+		st.Ready++
 	}
+}
+
+// offered makes a value for Offer, the way a transport accepts one.
+func (m *cacheModel) offered(key int) *conn {
+	return m.ledger.newConn(key)
 }
 
 // get is Get in the model: the held value, the remembered error, or a

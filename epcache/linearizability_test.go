@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,15 +40,17 @@ const (
 	linLoad
 	linInvalidate
 	linCompareAndInvalidate
+	linAcquire // Get plus a lease: the same specification; the lease ends later
+	linOffer
 )
 
-var linNames = [...]string{"Get", "Load", "Invalidate", "CompareAndInvalidate"}
+var linNames = [...]string{"Get", "Load", "Invalidate", "CompareAndInvalidate", "Acquire", "Offer"}
 
 // linInput is an operation as called.
 type linInput struct {
 	kind linKind
 	key  int
-	old  int64 // CompareAndInvalidate: the gen of the value passed as old (0: a value never created)
+	old  int64 // CompareAndInvalidate: the gen of the value passed as old (0: a value never created); Offer: the gen of the value offered
 }
 
 // linOutput is what the operation returned. v is a value's gen, 0 for none.
@@ -85,12 +88,18 @@ func linStep(state, input, output any) (bool, any) {
 		return false, s
 	}
 	switch in.kind {
-	case linGet:
+	case linGet, linAcquire:
 		if s.held != 0 {
 			return out.v == s.held, s // a hit: the held value
 		}
-		// A miss creates: any value the key never held before.
+		// A miss creates: any value the key never held before (or one that
+		// an Offer made, answering the creation).
 		return out.v > 0 && !s.has(out.v), s.holding(out.v)
+	case linOffer:
+		if s.held != 0 {
+			return !out.ok, s
+		}
+		return out.ok && !s.has(in.old), s.holding(in.old)
 	case linLoad:
 		if s.held != 0 {
 			return out.ok && out.v == s.held, s
@@ -125,6 +134,10 @@ func describeLinOp(input, output any) string {
 		return fmt.Sprintf("Load(%d) -> #%d", in.key, out.v)
 	case linInvalidate:
 		return fmt.Sprintf("Invalidate(%d) -> %t", in.key, out.ok)
+	case linAcquire:
+		return fmt.Sprintf("Acquire(%d) -> #%d", in.key, out.v)
+	case linOffer:
+		return fmt.Sprintf("Offer(%d, #%d) -> %t", in.key, in.old, out.ok)
 	default:
 		return fmt.Sprintf("CompareAndInvalidate(%d, #%d) -> %t", in.key, in.old, out.ok)
 	}
@@ -177,9 +190,15 @@ type linConfig struct {
 func recordHistory(t *testing.T, cfg linConfig, seed uint64) ([]porcupine.Operation, epcache.Stats) {
 	t.Helper()
 	l := newLedger()
+	var leasedRelease atomic.Int64 // values released while a lease held them: must stay 0
 	c, err := epcache.New(epcache.Config[int, *conn]{
-		Hash:    cfg.hash,
-		Release: l.release,
+		Hash: cfg.hash,
+		Release: func(key int, v *conn) {
+			if v.leases.Load() != 0 {
+				leasedRelease.Add(1)
+			}
+			l.release(key, v)
+		},
 		Create: func(_ context.Context, key int) (*conn, error) {
 			l.enter(key)
 			defer l.leave(key)
@@ -208,12 +227,48 @@ func recordHistory(t *testing.T, cfg linConfig, seed uint64) ([]porcupine.Operat
 			r := rand.New(rand.NewPCG(seed, uint64(id)))
 			seen := map[int]*conn{} // the last value this client saw, per key
 			var other *conn         // a value of another key: never held by this one
+			var leases []epcache.Lease[int, *conn]
+			defer func() {
+				for _, lease := range leases {
+					lease.Value().leases.Add(-1)
+					lease.Release()
+				}
+			}()
 			start.Wait()
 			for range cfg.ops {
 				in := linInput{key: r.IntN(cfg.keys)}
 				var out linOutput
 				var call int64
-				switch p := r.IntN(100); {
+				// Now and then, end the oldest lease this client holds.
+				if len(leases) > 0 && r.IntN(3) == 0 {
+					leases[0].Value().leases.Add(-1)
+					leases[0].Release()
+					leases = leases[1:]
+				}
+				switch p := r.IntN(110); {
+				case p >= 100:
+					in.kind = linOffer
+					v := l.newConn(in.key)
+					in.old = v.gen
+					call = now()
+					if out.ok = c.Offer(in.key, v); !out.ok {
+						l.keepBack(v)
+					}
+				case p >= 90:
+					in.kind = linAcquire
+					call = now()
+					lease, err := c.Acquire(context.Background(), in.key)
+					switch v := lease.Value(); {
+					case err != nil:
+						out.err = err.Error()
+					case v == nil:
+						out.err = "a nil value"
+					default:
+						v.leases.Add(1)
+						leases = append(leases, lease)
+						out.v = v.gen
+						seen[in.key] = v
+					}
 				case p < 45:
 					in.kind = linGet
 					call = now()
@@ -269,6 +324,7 @@ func recordHistory(t *testing.T, cfg linConfig, seed uint64) ([]porcupine.Operat
 	wg.Wait()
 	require.NoError(t, c.Close())
 	l.checkClosed(t, c)
+	require.Zero(t, leasedRelease.Load(), "values released while leased")
 	return slices.Concat(histories...), c.Stats()
 }
 
@@ -345,7 +401,7 @@ func TestLinearizability(t *testing.T) {
 		cfg.hash = hash
 		dir := linDir(t)
 		seed := rand.Uint64()
-		var counts [4]int
+		var counts [len(linNames)]int
 		var waits, creates uint64
 		overlapping := 0
 		for i := range histories {
@@ -364,8 +420,10 @@ func TestLinearizability(t *testing.T) {
 				t.Logf("history %d: the check timed out", i)
 			}
 		}
-		t.Logf("%d histories: %d Get, %d Load, %d Invalidate, %d CompareAndInvalidate; %d creations, %d Gets coalesced onto one; %d operations overlapped another client's on the same key",
-			histories, counts[linGet], counts[linLoad], counts[linInvalidate], counts[linCompareAndInvalidate], creates, waits, overlapping)
+		t.Logf("%d histories: %d Get, %d Load, %d Invalidate, %d CompareAndInvalidate, %d Acquire, %d Offer; %d creations, %d Gets coalesced onto one; %d operations overlapped another client's on the same key",
+			histories, counts[linGet], counts[linLoad], counts[linInvalidate], counts[linCompareAndInvalidate], counts[linAcquire], counts[linOffer], creates, waits, overlapping)
+		assert.Positive(t, counts[linAcquire], "no Acquire")
+		assert.Positive(t, counts[linOffer], "no Offer")
 		assert.Positive(t, waits, "no Get ever waited on another's creation: the histories are not concurrent")
 		assert.Positive(t, overlapping, "no two operations on one key overlapped")
 	})
@@ -431,6 +489,23 @@ func TestLinearizabilityModel(t *testing.T) {
 		{"a lost Load after a completed Get", false, []porcupine.Operation{
 			op(0, 0, 1, get, linOutput{v: 1}),
 			op(1, 2, 3, load, linOutput{}),
+		}},
+		{"an Offer answers a Get in flight", true, []porcupine.Operation{
+			op(0, 0, 10, get, linOutput{v: 7}),
+			op(1, 1, 2, linInput{kind: linOffer, key: 1, old: 7}, linOutput{ok: true}),
+			op(2, 11, 12, linInput{kind: linAcquire, key: 1}, linOutput{v: 7}),
+		}},
+		{"an Offer over a held value", false, []porcupine.Operation{
+			op(0, 0, 1, get, linOutput{v: 1}),
+			op(1, 2, 3, linInput{kind: linOffer, key: 1, old: 2}, linOutput{ok: true}),
+		}},
+		{"an Offer refused on an empty key", false, []porcupine.Operation{
+			op(0, 0, 1, linInput{kind: linOffer, key: 1, old: 2}, linOutput{}),
+		}},
+		{"an Acquire that resurrects a value", false, []porcupine.Operation{
+			op(0, 0, 1, linInput{kind: linAcquire, key: 1}, linOutput{v: 1}),
+			op(0, 2, 3, inv, linOutput{ok: true}),
+			op(1, 4, 5, linInput{kind: linAcquire, key: 1}, linOutput{v: 1}),
 		}},
 		{"keys are independent", false, []porcupine.Operation{
 			op(0, 0, 1, get, linOutput{v: 1}),

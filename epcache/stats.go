@@ -22,8 +22,14 @@ type Stats struct {
 	ErrorHits     uint64 // Gets answered with a remembered failure (ErrorTTL) or a timed-out creation still running
 	Releases      uint64 // values given up: Release called, or dropped when Release is nil
 	ReleasePanics uint64 // Release calls that panicked
-	Live          int64  // values created and not yet released: Creates - Releases
+	Offers        uint64 // values stored by Offer
+	Live          int64  // values created or offered and not yet released: Creates + Offers - Releases
 	Ready         int64  // values held by the cache now: what Len returns
+	// Lingering counts values the cache has given up (Invalidate,
+	// CompareAndInvalidate, Close) whose leases have not all been released:
+	// the last Lease.Release releases each. After Close returned, a
+	// Lingering value is a lease never released.
+	Lingering int64
 }
 
 // stripe is one cache-line-sized set of counters, with the gate of the
@@ -34,10 +40,10 @@ type Stats struct {
 // the cache's own, not a line every creation writes. 128 bytes for the
 // adjacent-line prefetcher, as in shard.
 type stripe struct {
-	creates, createErrors, attempts, waits, cancels, errorHits, releases, releasePanics atomic.Uint64
-	ready                                                                               atomic.Int64
-	gate                                                                                gate
-	_                                                                                   [128 - 72 - gateSize]byte
+	creates, createErrors, attempts, waits, cancels, errorHits, releases, releasePanics, offers atomic.Uint64
+	ready, lingering                                                                            atomic.Int64
+	gate                                                                                        gate
+	_                                                                                           [128 - 88 - gateSize]byte
 }
 
 type stripes []stripe
@@ -76,8 +82,10 @@ func (s stripes) sum() Stats {
 		st.ErrorHits += p.errorHits.Load()
 		st.Releases += p.releases.Load()
 		st.ReleasePanics += p.releasePanics.Load()
+		st.Offers += p.offers.Load()
 		st.Ready += p.ready.Load()
+		st.Lingering += p.lingering.Load()
 	}
-	st.Live = int64(st.Creates) - int64(st.Releases)
+	st.Live = int64(st.Creates) + int64(st.Offers) - int64(st.Releases)
 	return st
 }

@@ -15,6 +15,12 @@ import (
 //	                    └──Settle(failure)──▶ Failed ──Claim──▶ Creating
 //	Empty, expired Failed ──(table compaction)──▶ Dead     any ──Seal──▶ Sealed
 //
+// Leases run beside the state, on the value of a Ready slot (lease.go):
+//
+//	Ready ──Lease──▶ Ready, leased ──EndLease──▶ Ready
+//	Ready, leased ──Invalidate, Seal; Abandon──▶ Dead or Sealed, draining
+//	draining ──last EndLease──▶ released (by that EndLease's caller)
+//
 // Exactly one goroutine wins the Claim of an Empty slot or a remembered
 // failure; it alone may Publish or Settle the claim, so for a key at most one
 // creation is ever in flight. Everybody else who finds the slot Creating
@@ -52,9 +58,10 @@ const (
 	Failed                 // a failure is being answered: see Flight.Until
 	Dead                   // removed from the table: look the key up again
 	Sealed                 // the table is closed
+	Blocked                // empty, but an answered creation still runs: wait on its Flight, then Unblock
 )
 
-var statusNames = [...]string{"empty", "creating", "ready", "failed", "dead", "sealed"}
+var statusNames = [...]string{"empty", "creating", "ready", "failed", "dead", "sealed", "blocked"}
 
 func (s Status) String() string {
 	if int(s) < len(statusNames) {
@@ -85,6 +92,8 @@ func (st *State[V]) Status() Status {
 		return Dead
 	case flightSealed:
 		return Sealed
+	case flightBarrier:
+		return Blocked
 	}
 	if f.finished() {
 		if f.err == nil {
@@ -98,14 +107,23 @@ func (st *State[V]) Status() Status {
 }
 
 // expired reports whether st is a remembered failure (Failed, non-zero
-// Until) whose Until is not after now.
+// Until) whose Until is not after now, or a Blocked state whose creation
+// has returned: a state that holds nothing any more.
 func (st *State[V]) expired(now time.Time) bool {
-	return st.Status() == Failed && !st.flight.until.IsZero() && !now.Before(st.flight.until)
+	switch st.Status() {
+	case Failed:
+		return !st.flight.until.IsZero() && !now.Before(st.flight.until)
+	case Blocked:
+		return st.flight.finished()
+	}
+	return false
 }
 
-// Flight returns the creation of a Creating or Failed state, or nil.
+// Flight returns the creation of a Creating or Failed state, or what a
+// Blocked state waits for (its Done closes when the creation returns), or
+// nil.
 func (st *State[V]) Flight() *Flight[V] {
-	if st == nil || st.flight == nil || st.flight.kind != flightNormal {
+	if st == nil || st.flight == nil || st.flight.kind != flightNormal && st.flight.kind != flightBarrier {
 		return nil
 	}
 	return st.flight
@@ -117,6 +135,7 @@ const (
 	flightNormal flightKind = iota
 	flightDead
 	flightSealed
+	flightBarrier // Blocked: done when a creation an Offer answered returns
 )
 
 // Flight is one creation of one key: the goroutines that find the slot
@@ -135,7 +154,10 @@ type Flight[V any] struct {
 	done     atomic.Pointer[chan struct{}] // nil until a waiter or Finish; &closed once finished
 	resolved atomic.Bool
 	kind     flightKind
-	ctx      flightCtx // the creation's context
+	returned atomic.Bool               // the creator's function has returned (MarkReturned)
+	lease    flightLease               // a lease of the created value for the claimer (lease.go)
+	barrier  atomic.Pointer[Flight[V]] // a Blocked state's flight, done when this creation returns
+	ctx      flightCtx                 // the creation's context
 	value    V
 	err      error
 	until    time.Time
@@ -204,14 +226,16 @@ func (f *Flight[V]) Context() context.Context { return &f.ctx }
 // any time.
 func (f *Flight[V]) Cancel(cause error) { f.ctx.end(cause) }
 
-// Slot holds one key, the atomic pointer to its current [State], and the one
-// value it may ever hold. A slot stays at one address for its whole life, so
-// a goroutine may keep a *Slot across transitions; once it is Dead,
-// [Table.LoadOrInsert] gives the key's new slot.
+// Slot holds one key, the atomic pointer to its current [State], the one
+// value it may ever hold, and the leases of that value. A slot stays at one
+// address for its whole life, so a goroutine may keep a *Slot across
+// transitions; once it is Dead, [Table.LoadOrInsert] gives the key's new
+// slot.
 type Slot[K comparable, V any] struct {
-	key   K
-	state atomic.Pointer[State[V]]
-	value V // written once, by Publish, before the state becomes Ready
+	key    K
+	state  atomic.Pointer[State[V]]
+	value  V                          // written once, by Publish, before the state becomes Ready
+	leases atomic.Pointer[leaseTable] // made by the first Lease (see lease.go)
 }
 
 // Key returns the slot's key.
@@ -235,19 +259,35 @@ func (s *Slot[K, V]) Load() (v V, ok bool) {
 
 // Claim moves the slot from old, which must be the Empty (nil) state or a
 // remembered failure (a Failed state with a non-zero Until) the caller has
-// observed, to Creating. It returns the new state and its flight; ok is false
+// observed, to Creating. (A creation waits for a Blocked slot to Unblock;
+// ClaimResolved may claim one for a value that is not created.) It returns the new state and its flight; ok is false
 // when another goroutine changed the slot first (load the state again and
 // decide anew). The winner owns the flight: it must later call Publish or
 // Settle with the returned state. parent gives the values of the creation's
 // context ([Flight.Context]); its Done must be nil (see
 // context.WithoutCancel).
 func (s *Slot[K, V]) Claim(old *State[V], parent context.Context) (claim *State[V], f *Flight[V], ok bool) {
-	// A Failed state with a zero Until belongs to a creation still running:
-	// claiming it would start a second one.
+	// A Failed state with a zero Until belongs to a creation still running,
+	// and so does a Blocked one: claiming it would start a second one.
 	if old != nil && (old.Status() != Failed || old.flight.until.IsZero()) {
 		return nil, nil, false
 	}
+	return s.claim(old, parent, false)
+}
+
+// ClaimResolved is Claim for a value the claimer already has (an offered
+// one): the flight is resolved before the claim is visible, so that nobody
+// else may answer it, and the claimer goes on to Publish and Finish.
+func (s *Slot[K, V]) ClaimResolved(old *State[V]) (claim *State[V], f *Flight[V], ok bool) {
+	if old != nil && old.Status() != Blocked && (old.Status() != Failed || old.flight.until.IsZero()) {
+		return nil, nil, false
+	}
+	return s.claim(old, nil, true)
+}
+
+func (s *Slot[K, V]) claim(old *State[V], parent context.Context, resolved bool) (claim *State[V], f *Flight[V], ok bool) {
 	claim, f = newFlight[V](parent)
+	f.resolved.Store(resolved)
 	if !s.state.CompareAndSwap(old, claim) {
 		return nil, nil, false
 	}
@@ -268,6 +308,68 @@ func NewFailure[V any](err error, until time.Time) *State[V] {
 	f.resolved.Store(true)
 	f.Finish(*new(V), err, until)
 	return st
+}
+
+// Answered records that the creation of flight f, claimed on s, has been
+// answered by someone other than its creator (an Offer), which publishes a
+// value on s while the creator's function still runs. Until f's creator
+// calls MarkReturned, a fresh slot that replaces s (after an Invalidate of
+// that value) starts Blocked, so that no second creation of the key starts
+// while the first still runs. f may also be the flight of a Blocked state
+// that an Offer claimed: the block then carries over. Call it before the
+// value is published.
+func (s *Slot[K, V]) Answered(f *Flight[V]) {
+	s.leaseTable().straggler = f
+}
+
+// MarkReturned records that the creator of f has returned: a slot Blocked
+// on f may be claimed again. The creator calls it once, before it settles.
+func (f *Flight[V]) MarkReturned() {
+	f.returned.Store(true)
+	if b := f.barrier.Load(); b != nil && b.TryResolve() {
+		b.Finish(*new(V), nil, time.Time{})
+	}
+}
+
+// blockedBy returns the state a fresh slot that replaces s starts in: Blocked
+// while a creation that was answered on s still runs, Empty otherwise.
+// Every Blocked state of one creation is the one state of its barrier
+// flight, which MarkReturned finishes.
+func (s *Slot[K, V]) blockedBy() *State[V] {
+	tb := s.leases.Load()
+	if tb == nil || tb.straggler == nil {
+		return nil
+	}
+	f := tb.straggler.(*Flight[V])
+	if f.kind == flightBarrier { // an Offer stored s's value on a Blocked slot
+		if f.finished() {
+			return nil
+		}
+		return &f.state
+	}
+	b := f.barrier.Load()
+	if b == nil {
+		_, nb := newFlight[V](nil)
+		nb.kind = flightBarrier
+		if f.barrier.CompareAndSwap(nil, nb) {
+			b = nb
+		} else {
+			b = f.barrier.Load()
+		}
+	}
+	// Either the creator sees the barrier when it returns, or this sees
+	// that it has returned (both store, then load).
+	if f.returned.Load() {
+		return nil
+	}
+	return &b.state
+}
+
+// Unblock moves s from old, a Blocked state whose creation has returned
+// (its Flight's Done is closed), to Empty. It reports whether s still held
+// old.
+func (s *Slot[K, V]) Unblock(old *State[V]) bool {
+	return old.Status() == Blocked && old.flight.finished() && s.state.CompareAndSwap(old, nil)
 }
 
 // Forget moves a slot from old, a remembered failure (Failed, non-zero

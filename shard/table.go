@@ -459,6 +459,18 @@ func (t *Table[K, V]) equal(a, b K) bool {
 	return a == b
 }
 
+// Lease returns key's slot and a lease of its value, if the slot is Ready
+// and the table is not closed; see [Slot.Lease]. It takes no lock.
+func (t *Table[K, V]) Lease(key K) (s *Slot[K, V], tk Ticket, ok bool) {
+	if s = t.find(t.Hash(key), key); s == nil || s.state.Load() != t.hit.Load() {
+		return nil, Ticket{}, false
+	}
+	if tk, ok = s.Lease(); !ok {
+		return nil, Ticket{}, false
+	}
+	return s, tk, true
+}
+
 // Load returns key's value if its slot is Ready and the table is not closed.
 // It takes no lock, allocates nothing and writes nothing; it is Get without
 // the miss, and inlines into its callers.
@@ -493,11 +505,12 @@ func (t *Table[K, V]) insertSlow(key K, h uint64) *Slot[K, V] {
 	defer sh.mu.Unlock()
 	a := sh.cells.Load()
 	if p := t.probe(a, h, key); p != nil {
-		if s := p.Load(); s.state.Load() != t.dead {
+		s := p.Load()
+		if s.state.Load() != t.dead {
 			return s
 		}
 		// An invalidated slot whose Invalidate has not yet replaced it.
-		return t.renew(sh, p, key)
+		return t.renew(sh, p, s)
 	}
 	if uint64(sh.used+1)*maxLoadDen > a.capacity()*maxLoadNum {
 		a = t.rebuild(sh, a)
@@ -516,10 +529,17 @@ func (t *Table[K, V]) newSlot(sh *shard[K, V], key K) *Slot[K, V] {
 	return s
 }
 
-// renew puts a fresh slot for key at p, whose slot is Dead. Called with the
-// shard mutex held: arrays change only under it.
-func (t *Table[K, V]) renew(sh *shard[K, V], p *atomic.Pointer[Slot[K, V]], key K) *Slot[K, V] {
-	s := t.newSlot(sh, key)
+// renew puts a fresh slot for key at p, whose slot, old, is Dead. Called
+// with the shard mutex held: arrays change only under it. The fresh slot
+// starts Blocked if old's value answered a creation still running (see
+// Slot.Answered).
+func (t *Table[K, V]) renew(sh *shard[K, V], p *atomic.Pointer[Slot[K, V]], old *Slot[K, V]) *Slot[K, V] {
+	s := t.newSlot(sh, old.key)
+	if !sh.closed {
+		if st := old.blockedBy(); st != nil {
+			s.state.Store(st)
+		}
+	}
 	p.Store(s)
 	return s
 }
@@ -563,7 +583,7 @@ func (t *Table[K, V]) InvalidateIf(s *Slot[K, V], match func(V) bool) (v V, ok b
 	sh := t.shardOf(h)
 	sh.mu.Lock()
 	if p := t.probe(sh.cells.Load(), h, s.key); p != nil && p.Load() == s {
-		t.renew(sh, p, s.key)
+		t.renew(sh, p, s)
 	}
 	sh.mu.Unlock()
 	return v, true

@@ -1,0 +1,189 @@
+package epcache
+
+import (
+	"context"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/epcache/epcache/shard"
+)
+
+// Lease is a hold on a value of the cache, from [Cache.Acquire] to
+// [Lease.Release]: until then the cache does not release the value, even
+// once Invalidate, CompareAndInvalidate or Close has removed it. A Lease is
+// a small value: copy it freely, but release it exactly once. Its zero value
+// holds nothing.
+type Lease[K comparable, V any] struct {
+	c  *Cache[K, V]
+	s  *shard.Slot[K, V]
+	tk shard.Ticket
+}
+
+// Value returns the leased value (the zero V for the zero Lease). It stays
+// valid, and unreleased, until the lease's Release.
+func (l Lease[K, V]) Value() V {
+	if l.s == nil {
+		var zero V
+		return zero
+	}
+	return l.s.Value()
+}
+
+// Key returns the key the lease was acquired for.
+func (l Lease[K, V]) Key() K {
+	if l.s == nil {
+		var zero K
+		return zero
+	}
+	return l.s.Key()
+}
+
+// Release ends the lease. If the cache has given the value up meanwhile
+// (Invalidate, CompareAndInvalidate, Close) and this was its last lease,
+// Config.Release runs now, on the calling goroutine, before Release returns;
+// a panic in it propagates, as from Invalidate. Releasing the zero Lease, or
+// a lease (or a copy of one) already released, panics with a message that
+// says so: it is a bug that would otherwise release an endpoint still in use
+// or release one twice. A lease's Release takes no lock and allocates
+// nothing.
+func (l Lease[K, V]) Release() {
+	if l.s == nil {
+		panic("epcache: Release of a zero Lease")
+	}
+	last, err := l.s.EndLease(l.tk)
+	if err != nil {
+		panic(fmt.Sprintf("epcache: Lease of key %v released twice", l.s.Key()))
+	}
+	if last {
+		st := l.c.stats.of(unsafe.Pointer(l.s))
+		st.lingering.Add(-1)
+		l.c.releaseNow(st, l.s.Key(), l.s.Value())
+	}
+}
+
+// Acquire is Get plus a lease: it returns key's value, creating it if the
+// cache holds none, as Get does (same waits, same errors, same context
+// rules), held by a Lease that keeps the cache from releasing the value
+// until the Lease's Release. Use it around a use that must not see the
+// endpoint closed under it: a send on a connection, a call through a UCX
+// endpoint. Invalidate and CompareAndInvalidate of a leased value remove it
+// from the cache at once (the next Get creates another) and report true;
+// its Release waits for the last lease to end, and Close's too.
+//
+// On a hit, Acquire and the Lease's Release take no lock and allocate
+// nothing, and write one cache line of the value's own (a lease is an
+// atomic compare-and-swap to take and one to end), except that a value's
+// first lease allocates its lease table (once per value) and more than
+// eight leases of one value at a time allocate each.
+func (c *Cache[K, V]) Acquire(ctx context.Context, key K) (Lease[K, V], error) {
+	for {
+		if s, tk, ok := c.table.Lease(key); ok {
+			return Lease[K, V]{c: c, s: s, tk: tk}, nil
+		}
+		// A miss: create (or wait for) the value as Get does. A value this
+		// Acquire creates is leased before it is published; one it waited
+		// for may be invalidated before it is leased, and then this goes
+		// round again.
+		_, l, err := c.obtain(ctx, key, true)
+		if err != nil || l.s != nil {
+			return l, err
+		}
+	}
+}
+
+// Offer gives the cache a value made elsewhere, such as a connection a peer
+// opened to this process and a listener accepted.
+//
+// If key holds no value and no creation (a remembered failure, see
+// Config.ErrorTTL, counts as neither), v is stored, the cache owns it (it
+// is released exactly once, like a created value) and Offer returns true.
+//
+// If a creation of key is in flight, v answers it: the Gets waiting for the
+// creation, the one running Create included, get v at once, v is stored and
+// owned by the cache, and Offer returns true. The value that Create returns
+// later, if any, is released as soon as it returns. That is the rule a
+// transport's simultaneous-connect tie-break can rely on: whichever of the
+// accepted and the dialed connection reaches the cache first is the
+// endpoint, and the other is released. A creation already answered by its
+// CreateTimeout, whose Create is still running, cannot be answered twice:
+// Offer returns false.
+//
+// If key holds a value, or Close has begun, Offer returns false and v stays
+// the caller's: the cache never releases it.
+//
+// Offer does not block and calls nothing of the caller's.
+func (c *Cache[K, V]) Offer(key K, v V) bool {
+	if c.table.Closed() {
+		return false
+	}
+	s := c.table.LoadOrInsert(key)
+	for {
+		st := s.State()
+		switch st.Status() {
+		case shard.Ready, shard.Sealed:
+			return false
+		case shard.Dead:
+			s = c.table.LoadOrInsert(key)
+			continue
+		}
+		g := &c.stats.of(unsafe.Pointer(s)).gate
+		if !g.enter() {
+			return false // Close has begun
+		}
+		done, ok := c.offer(s, st, v)
+		g.exit()
+		if done {
+			return ok
+		}
+	}
+}
+
+// offer tries to store v in s, whose state was st; done is false when s
+// changed first (look again). Called inside s's gate, so that Close waits
+// for a value it stores.
+func (c *Cache[K, V]) offer(s *shard.Slot[K, V], st *shard.State[V], v V) (done, ok bool) {
+	stats := c.stats.of(unsafe.Pointer(s))
+	if st.Status() == shard.Creating {
+		f := st.Flight()
+		if !f.TryResolve() {
+			// The creation finished first (its value is being published,
+			// or its error settled), or its timeout answered its callers
+			// while its Create runs on.
+			<-f.Done()
+			if _, err := f.Result(); err == nil || f.Until().IsZero() && s.State() == st {
+				return true, false
+			}
+			return false, false
+		}
+		// The creation's claim becomes Ready with v; its Create's own
+		// value is released when it returns (settle). Until then, the key
+		// may not be created again, even if v is invalidated (Answered).
+		s.Answered(f)
+		c.table.Publish(s, st, v)
+		stats.offers.Add(1)
+		stats.ready.Add(1)
+		f.Finish(v, nil, time.Time{})
+		return true, true
+	}
+	// Empty, a remembered failure, or Blocked (a creation an earlier Offer
+	// answered still runs: v may be stored, no Create may start): claimed
+	// like a creation, published at once.
+	claim, f, claimed := s.ClaimResolved(st)
+	if !claimed {
+		// Another goroutine moved the slot first, or it holds a timed-out
+		// creation still running, which nothing may overlap.
+		if s.State() == st {
+			return true, false
+		}
+		return false, false
+	}
+	if st.Status() == shard.Blocked {
+		s.Answered(st.Flight()) // the block carries over to v's successor
+	}
+	c.table.Publish(s, claim, v)
+	stats.offers.Add(1)
+	stats.ready.Add(1)
+	f.Finish(v, nil, time.Time{})
+	return true, true
+}

@@ -1,0 +1,439 @@
+package epcache_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/epcache/epcache/epcache"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Acquire is Get plus a lease: the same value, created once, and until the
+// lease's Release no Invalidate releases it; the next Get creates another.
+func TestAcquireAndInvalidate(t *testing.T) {
+	eachHash(t, func(t *testing.T, hash func(int) uint64) {
+		l := newLedger()
+		c := newCache(t, l, hash, nil)
+		a, err := c.Acquire(context.Background(), 1)
+		require.NoError(t, err)
+		v := a.Value()
+		require.NotNil(t, v)
+		assert.Equal(t, 1, a.Key())
+		got, err := c.Get(context.Background(), 1)
+		require.NoError(t, err)
+		assert.Same(t, v, got, "Acquire created the value Get finds")
+		b, err := c.Acquire(context.Background(), 1)
+		require.NoError(t, err)
+		assert.Same(t, v, b.Value(), "a hit")
+
+		assert.True(t, c.Invalidate(1), "a leased value is invalidated at once")
+		assert.Zero(t, v.released.Load(), "but not released while leased")
+		st := c.Stats()
+		assert.EqualValues(t, 1, st.Lingering)
+		assert.Zero(t, st.Ready)
+		fresh, err := c.Get(context.Background(), 1)
+		require.NoError(t, err)
+		assert.NotSame(t, v, fresh, "the next Get creates another")
+
+		a.Release()
+		assert.Zero(t, v.released.Load(), "one lease is left")
+		b.Release()
+		assert.EqualValues(t, 1, v.released.Load(), "the last lease's Release releases")
+		assert.Zero(t, c.Stats().Lingering)
+	})
+}
+
+// CompareAndInvalidate of a leased value too, and Close: it returns without
+// waiting for leases; the values they hold are released by their last
+// Release, and a lease never released is visible in Stats.
+func TestLeasesAcrossCompareAndInvalidateAndClose(t *testing.T) {
+	l := newLedger()
+	c, err := epcache.New(epcache.Config[int, *conn]{Create: l.create, Release: l.release})
+	require.NoError(t, err)
+	a, err := c.Acquire(context.Background(), 1)
+	require.NoError(t, err)
+	assert.False(t, c.CompareAndInvalidate(1, &conn{}), "another value")
+	assert.True(t, c.CompareAndInvalidate(1, a.Value()))
+	assert.Zero(t, a.Value().released.Load())
+
+	b, err := c.Acquire(context.Background(), 2)
+	require.NoError(t, err)
+	forgotten, err := c.Acquire(context.Background(), 3)
+	require.NoError(t, err)
+	_, err = c.Get(context.Background(), 4)
+	require.NoError(t, err)
+
+	require.NoError(t, c.Close(), "Close does not wait for leases")
+	st := c.Stats()
+	assert.EqualValues(t, 3, st.Lingering, "three values wait for their leases")
+	assert.EqualValues(t, 1, st.Releases, "the unleased one was released")
+	_, err = c.Acquire(context.Background(), 2)
+	assert.ErrorIs(t, err, epcache.ErrClosed)
+
+	a.Release()
+	b.Release()
+	st = c.Stats()
+	assert.EqualValues(t, 1, st.Lingering, "a forgotten lease stays visible")
+	assert.EqualValues(t, 1, st.Live)
+	forgotten.Release()
+	l.checkClosed(t, c)
+	assert.Zero(t, c.Stats().Lingering)
+}
+
+// Releasing the zero Lease, or a lease twice (or its copy), panics with a
+// message that says so, and releases nothing.
+func TestLeaseMisuse(t *testing.T) {
+	l := newLedger()
+	c := newCache(t, l, nil, nil)
+	var zero epcache.Lease[int, *conn]
+	assert.Nil(t, zero.Value())
+	assert.PanicsWithValue(t, "epcache: Release of a zero Lease", zero.Release)
+
+	a, err := c.Acquire(context.Background(), 7)
+	require.NoError(t, err)
+	cp := a
+	a.Release()
+	assert.PanicsWithValue(t, "epcache: Lease of key 7 released twice", a.Release)
+	assert.PanicsWithValue(t, "epcache: Lease of key 7 released twice", cp.Release, "a copy is the same lease")
+
+	// The ticket is handed out again: the stale lease still cannot end it.
+	b, err := c.Acquire(context.Background(), 7)
+	require.NoError(t, err)
+	assert.Panics(t, a.Release)
+	require.True(t, c.Invalidate(7))
+	assert.Zero(t, b.Value().released.Load(), "b's lease survived the stale Release")
+	b.Release()
+	assert.EqualValues(t, 1, b.Value().released.Load())
+}
+
+// A Release that panics when the last lease ends propagates to the lease's
+// Release, and the value counts as released once.
+func TestLeaseReleasePanics(t *testing.T) {
+	l := newLedger()
+	var boom atomic.Bool
+	c := newCache(t, l, nil, func(cfg *epcache.Config[int, *conn]) {
+		cfg.Release = func(k int, v *conn) {
+			l.release(k, v)
+			if boom.Load() {
+				panic("release failed")
+			}
+		}
+	})
+	a, err := c.Acquire(context.Background(), 1)
+	require.NoError(t, err)
+	require.True(t, c.Invalidate(1))
+	boom.Store(true)
+	assert.PanicsWithValue(t, "release failed", a.Release)
+	boom.Store(false)
+	st := c.Stats()
+	assert.EqualValues(t, 1, st.Releases)
+	assert.EqualValues(t, 1, st.ReleasePanics)
+	assert.Zero(t, st.Lingering)
+}
+
+// A lease on a ready key allocates nothing once the value has its lease
+// table, and takes no lock (the table's readers never lock; a lease is two
+// compare-and-swaps on the slot's own line).
+func TestAcquireAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	l := newLedger()
+	c := newCache(t, l, nil, nil)
+	ctx := context.Background()
+	a, err := c.Acquire(ctx, 1) // makes the value's lease table
+	require.NoError(t, err)
+	a.Release()
+	allocs := testing.AllocsPerRun(1000, func() {
+		a, err := c.Acquire(ctx, 1)
+		if err != nil {
+			panic(err)
+		}
+		a.Release()
+	})
+	assert.Zero(t, allocs)
+}
+
+// An Acquire that creates the value leases it before it is published: an
+// Invalidate racing the creation cannot release it under the Acquire, and
+// the Acquire never creates a value nobody sees.
+func TestAcquireLeasesWhatItCreates(t *testing.T) {
+	for _, leavable := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			l := newLedger()
+			g := newGated(l)
+			c := newCache(t, l, nil, func(cfg *epcache.Config[int, *conn]) { cfg.Create = g.create })
+			ctx := context.Background()
+			if leavable {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				defer cancel()
+			}
+			got := make(chan epcache.Lease[int, *conn], 1)
+			go func() {
+				a, err := c.Acquire(ctx, 3)
+				if err != nil {
+					panic(err)
+				}
+				got <- a
+			}()
+			<-g.started
+			stop := make(chan struct{})
+			invalidated := make(chan int, 1)
+			go func() { // invalidates as soon as there is something to invalidate
+				n := 0
+				for {
+					select {
+					case <-stop:
+						invalidated <- n
+						return
+					default:
+					}
+					if c.Invalidate(3) {
+						n++
+					}
+					time.Sleep(time.Microsecond)
+				}
+			}()
+			g.proceed <- nil
+			a := <-got
+			synctest.Wait()
+			close(stop)
+			n := <-invalidated
+			assert.LessOrEqual(t, n, 1)
+			assert.EqualValues(t, 1, l.callsFor(3), "one creation, the one this Acquire returned")
+			if n == 0 {
+				require.True(t, c.Invalidate(3))
+			}
+			assert.Zero(t, a.Value().released.Load(), "not released while leased")
+			a.Release()
+			assert.EqualValues(t, 1, a.Value().released.Load())
+		})
+	}
+}
+
+// An Acquire that leaves on its context, or is answered by Close, before
+// its creation ends does not keep the lease its creator took for it.
+func TestAcquireLeavingDropsItsLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLedger()
+		g := newGated(l)
+		c := newCache(t, l, nil, func(cfg *epcache.Config[int, *conn]) { cfg.Create = g.create })
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.Acquire(ctx, 5)
+			errc <- err
+		}()
+		<-g.started
+		cancel()
+		assert.ErrorIs(t, <-errc, context.Canceled)
+		g.proceed <- nil // the creation finishes for nobody
+		synctest.Wait()
+		v, ok := c.Load(5)
+		require.True(t, ok)
+		require.True(t, c.Invalidate(5))
+		assert.EqualValues(t, 1, v.released.Load(), "no lease was left behind")
+	})
+}
+
+// Offer stores a value made elsewhere when the key holds none (or a
+// remembered failure) and the cache then owns it; it refuses, leaving the
+// value the caller's, when the key holds one or Close has begun.
+func TestOffer(t *testing.T) {
+	eachHash(t, func(t *testing.T, hash func(int) uint64) {
+		synctest.Test(t, func(t *testing.T) {
+			l := newLedger()
+			var failing atomic.Bool
+			c := newCache(t, l, hash, func(cfg *epcache.Config[int, *conn]) {
+				cfg.ErrorTTL = time.Hour
+				cfg.Create = func(ctx context.Context, k int) (*conn, error) {
+					if failing.Load() {
+						return nil, errors.New("refused")
+					}
+					return l.create(ctx, k)
+				}
+			})
+			mine := l.newConn(1)
+			require.True(t, c.Offer(1, mine))
+			got, err := c.Get(context.Background(), 1)
+			require.NoError(t, err)
+			assert.Same(t, mine, got, "the offered value is the key's")
+			assert.Zero(t, l.callsFor(1), "no Create")
+
+			other := l.newConn(1)
+			assert.False(t, c.Offer(1, other), "the key holds a value")
+			l.keepBack(other)
+
+			failing.Store(true)
+			_, err = c.Get(context.Background(), 2)
+			require.Error(t, err)
+			failing.Store(false)
+			accepted := l.newConn(2)
+			require.True(t, c.Offer(2, accepted), "a remembered failure is no value")
+			got, err = c.Get(context.Background(), 2)
+			require.NoError(t, err)
+			assert.Same(t, accepted, got)
+
+			require.True(t, c.Invalidate(1))
+			assert.EqualValues(t, 1, mine.released.Load(), "an offered value is released like a created one")
+			st := c.Stats()
+			assert.EqualValues(t, 2, st.Offers)
+			assert.EqualValues(t, 1, st.Live)
+
+			require.NoError(t, c.Close())
+			late := l.newConn(3)
+			assert.False(t, c.Offer(3, late), "Close has begun")
+			l.keepBack(late)
+		})
+	})
+}
+
+// An Offer while a creation is in flight answers it: every waiting Get, the
+// one running Create included, gets the offered value, and the value Create
+// returns later is released. Until that Create returns, no second creation
+// of the key starts, even if the offered value is invalidated.
+func TestOfferAnswersACreationInFlight(t *testing.T) {
+	for _, leavable := range []bool{false, true} {
+		name := "caller runs Create"
+		if leavable {
+			name = "Create on its own goroutine"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := newLedger()
+				g := newGated(l)
+				c := newCache(t, l, nil, func(cfg *epcache.Config[int, *conn]) { cfg.Create = g.create })
+				ctx := context.Background()
+				if leavable {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithCancel(ctx)
+					defer cancel()
+				}
+				claimer := goGet(c, ctx, 9)
+				<-g.started
+				waiter := goGet(c, context.Background(), 9)
+				synctest.Wait()
+
+				accepted := l.newConn(9)
+				require.True(t, c.Offer(9, accepted))
+				assert.Same(t, accepted, (<-waiter).c, "a waiter gets the offered value at once")
+				if leavable {
+					assert.Same(t, accepted, (<-claimer).c, "so does the Get that started the creation")
+				}
+				got, ok := c.Load(9)
+				require.True(t, ok)
+				assert.Same(t, accepted, got)
+
+				// The offered value goes; its successor waits for the
+				// first Create to return.
+				require.True(t, c.Invalidate(9))
+				next := goGet(c, context.Background(), 9)
+				synctest.Wait()
+				assert.Equal(t, 1, l.callsFor(9), "no second Create while the first runs")
+
+				g.proceed <- nil // the first Create returns a value nobody wants
+				if !leavable {
+					assert.Same(t, accepted, (<-claimer).c, "the Get running Create got the offered value")
+				}
+				<-g.started // the successor's creation starts only now
+				g.proceed <- nil
+				r := <-next
+				require.NoError(t, r.err)
+				assert.NotSame(t, accepted, r.c)
+				synctest.Wait()
+				assert.EqualValues(t, 1, l.maxInflightOf(), "the two Creates never overlapped")
+				st := c.Stats()
+				assert.EqualValues(t, 2, st.Creates)
+				assert.EqualValues(t, 1, st.Offers)
+				assert.EqualValues(t, 2, st.Releases, "the offered value and the late one")
+			})
+		})
+	}
+}
+
+// Offers race with creations, Acquires, Invalidates and each other, on a
+// few keys: every value, created or offered, is released exactly once and
+// never while leased, and no two Creates of a key overlap (the ledger).
+func TestLeaseAndOfferStress(t *testing.T) {
+	const keys, goroutines = 4, 16
+	rounds := 2000
+	if testing.Short() {
+		rounds = 200
+	}
+	l := newLedger()
+	var releasedLeased atomic.Int32
+	c, err := epcache.New(epcache.Config[int, *conn]{
+		Create: func(ctx context.Context, k int) (*conn, error) {
+			if k == 0 {
+				time.Sleep(20 * time.Microsecond) // so that Gets wait, and leave
+			}
+			return l.create(ctx, k)
+		},
+		Release: func(k int, v *conn) {
+			if v.leases.Load() != 0 {
+				releasedLeased.Add(1)
+			}
+			l.release(k, v)
+		},
+	})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range rounds {
+				k := (g + i) % keys
+				// Half the goroutines pass contexts that end soon: they
+				// leave creations (and the leases taken for them) behind.
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if g%2 == 1 {
+					ctx, cancel = context.WithTimeout(ctx, time.Duration(i%40)*time.Microsecond)
+				}
+				switch i % 5 {
+				case 0, 1:
+					a, err := c.Acquire(ctx, k)
+					if errors.Is(err, epcache.ErrClosed) {
+						cancel()
+						return
+					}
+					if errors.Is(err, context.DeadlineExceeded) {
+						cancel()
+						continue
+					}
+					require.NoError(t, err)
+					v := a.Value()
+					v.leases.Add(1)
+					time.Sleep(time.Duration(i%3) * time.Microsecond)
+					v.leases.Add(-1)
+					a.Release()
+				case 2:
+					v := l.newConn(k)
+					if !c.Offer(k, v) {
+						l.keepBack(v)
+					}
+				case 3:
+					c.Invalidate(k)
+				default:
+					if v, err := c.Get(ctx, k); err == nil {
+						c.CompareAndInvalidate(k, v)
+					}
+				}
+				cancel()
+				if g == 0 && i == rounds*9/10 {
+					require.NoError(t, c.Close()) // near the end of the storm
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, c.Close())
+	l.checkClosed(t, c)
+	assert.Zero(t, releasedLeased.Load(), "values released while leased")
+	assert.Zero(t, c.Stats().Lingering)
+}

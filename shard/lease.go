@@ -1,0 +1,259 @@
+package shard
+
+import (
+	"errors"
+	"sync/atomic"
+)
+
+// Leases keep a value alive after it has left the table.
+//
+// A Ready slot's value may be leased: [Slot.Lease] hands out a [Ticket],
+// and [Slot.EndLease] gives it back. The owner of a value that leaves the
+// table (Invalidate, Seal) calls [Slot.Abandon] once; from then on no
+// lease is handed out, and the value is released by whoever ends its last
+// lease: Abandon's caller if none was held, else the EndLease that ends the
+// last one. So a value is never released while leased, and released once.
+//
+// The leases of a slot live in a table made by its first lease, so that a
+// slot never leased costs one pointer. The table has eight tickets, one
+// word each:
+//
+//	bit 63: gone (the value has left the table: no new lease)
+//	bit 62: held
+//	bits 0-61: generation, advanced by every EndLease
+//
+// A lease claims a free ticket by CAS, and ends by a CAS that clears held
+// and advances the generation, which must be the one it was handed: a
+// Ticket ended twice finds another generation (or held clear) and gets
+// ErrLeaseEnded, even if the ticket has been handed out again meanwhile. So
+// a lease costs one CAS to take and one to end, on one cache line of the
+// slot's own, and nothing else: no lock, no allocation. More than eight
+// leases of one value at once take overflow leases, which allocate.
+//
+// Abandon sets gone in every ticket (and in the overflow count), counting
+// those held, and adds the count to drain; every EndLease that finds gone
+// set in its ticket (it was counted) subtracts one. The party that brings
+// drain to 0 releases the value: Abandon itself if it counted nothing, or
+// if every counted lease ended before it added its count.
+const leaseTickets = 8
+
+const (
+	ticketGone = 1 << 63
+	ticketHeld = 1 << 62
+	ticketGen  = ticketHeld - 1
+	extraGone  = 1 << 62 // in leaseTable.extra, above any count
+)
+
+// leaseTable holds a slot's leases, and the rarer things a slot may need
+// beside them, so that a slot that needs none costs one pointer.
+type leaseTable struct {
+	tickets [leaseTickets]atomic.Uint64
+	extra   atomic.Uint64 // overflow leases outstanding, | extraGone
+	drain   atomic.Int64  // see the comment above
+	// straggler is the *Flight[V] of the creation an Offer answered on this
+	// slot (see Slot.Answered): written before the slot is published, read
+	// after it is invalidated, so the state's CAS orders the two.
+	straggler any
+}
+
+// abandoned is the lease table of a slot whose value left the table before
+// its first lease: every ticket is gone.
+var abandoned = func() *leaseTable {
+	tb := new(leaseTable)
+	for i := range tb.tickets {
+		tb.tickets[i].Store(ticketGone)
+	}
+	tb.extra.Store(extraGone)
+	return tb
+}()
+
+// Ticket is one lease of a slot's value, handed out by [Slot.Lease]. Its
+// zero value is no lease.
+type Ticket struct {
+	gen   uint64
+	index int8 // a ticket of the table, or -1 for an overflow lease
+	held  bool // false in the zero Ticket
+	extra *atomic.Bool
+}
+
+// Valid reports whether t was handed out by Lease (whether or not it has
+// ended since).
+func (t Ticket) Valid() bool { return t.held }
+
+// ErrLeaseEnded is returned by [Slot.EndLease] for a ticket already ended.
+var ErrLeaseEnded = errors.New("shard: lease already ended")
+
+// leaseTable returns s's lease table, making it if s has none.
+func (s *Slot[K, V]) leaseTable() *leaseTable {
+	if tb := s.leases.Load(); tb != nil {
+		return tb
+	}
+	tb := new(leaseTable)
+	if s.leases.CompareAndSwap(nil, tb) {
+		return tb
+	}
+	return s.leases.Load()
+}
+
+// Lease hands out a lease of s's value, unless the value has left the table
+// (ok is false). The caller checks first that s is Ready: a lease taken
+// while an Abandon runs is counted by it. It takes no lock, and allocates
+// only s's first lease table and leases beyond eight at once.
+func (s *Slot[K, V]) Lease() (t Ticket, ok bool) {
+	tb := s.leaseTable()
+	for j := range leaseTickets {
+		p := &tb.tickets[j]
+		w := p.Load()
+		if w&ticketGone != 0 {
+			return Ticket{}, false
+		}
+		if w&ticketHeld == 0 && p.CompareAndSwap(w, w|ticketHeld) {
+			return Ticket{gen: w & ticketGen, index: int8(j), held: true}, true
+		}
+	}
+	for {
+		e := tb.extra.Load()
+		if e&extraGone != 0 {
+			return Ticket{}, false
+		}
+		if tb.extra.CompareAndSwap(e, e+1) {
+			held := new(atomic.Bool)
+			held.Store(true)
+			return Ticket{index: -1, held: true, extra: held}, true
+		}
+	}
+}
+
+// EndLease ends the lease t of s. last reports that the value had left the
+// table and this was its last lease: the caller releases it. A ticket that
+// has ended already gives ErrLeaseEnded and changes nothing; so does the
+// zero Ticket.
+func (s *Slot[K, V]) EndLease(t Ticket) (last bool, err error) {
+	tb := s.leases.Load()
+	if !t.held || tb == nil {
+		return false, ErrLeaseEnded
+	}
+	if t.index < 0 {
+		if !t.extra.CompareAndSwap(true, false) {
+			return false, ErrLeaseEnded
+		}
+		if tb.extra.Add(^uint64(0))&extraGone != 0 {
+			return tb.drain.Add(-1) == 0, nil
+		}
+		return false, nil
+	}
+	p := &tb.tickets[t.index]
+	for {
+		w := p.Load()
+		if w&ticketHeld == 0 || w&ticketGen != t.gen {
+			return false, ErrLeaseEnded
+		}
+		if p.CompareAndSwap(w, w&ticketGone|(t.gen+1)&ticketGen) {
+			if w&ticketGone != 0 {
+				return tb.drain.Add(-1) == 0, nil
+			}
+			return false, nil
+		}
+	}
+}
+
+// Abandon marks s's value as gone from the table: no lease is handed out
+// any more. Its owner calls it once, having taken the value out of the
+// table (Invalidate, Seal). releaseNow reports that no lease holds the
+// value: the caller releases it. Otherwise the last EndLease reports last.
+func (s *Slot[K, V]) Abandon() (releaseNow bool) {
+	tb := s.leases.Load()
+	if tb == nil {
+		if s.leases.CompareAndSwap(nil, abandoned) {
+			return true // never leased
+		}
+		tb = s.leases.Load()
+	}
+	var held int64
+	for j := range tb.tickets {
+		if tb.tickets[j].Or(ticketGone)&ticketHeld != 0 {
+			held++
+		}
+	}
+	held += int64(tb.extra.Or(extraGone) &^ extraGone)
+	return tb.drain.Add(held) == 0
+}
+
+// Leased reports how many leases of s's value are held now. It reads each
+// ticket once, without a lock: a snapshot for statistics and tests.
+func (s *Slot[K, V]) Leased() int {
+	tb := s.leases.Load()
+	if tb == nil {
+		return 0
+	}
+	n := 0
+	for j := range tb.tickets {
+		if tb.tickets[j].Load()&ticketHeld != 0 {
+			n++
+		}
+	}
+	return n + int(tb.extra.Load()&^extraGone)
+}
+
+// A claimer that wants a lease of the value it creates (epcache's Acquire)
+// gets one taken by the creator before the value is published, so that no
+// Invalidate can come between the creation and the lease: otherwise the
+// claimer would have to create again, and the value it made would have
+// existed for nobody. The claimer may leave (its context) before or after
+// the creator takes the lease; the state word arbitrates, and whoever loses
+// the race ends the lease.
+type flightLease struct {
+	wanted bool          // set by the claimer before the creation starts
+	state  atomic.Uint32 // leaseNone, leaseLeft, leaseTaken, leaseHandedOver
+	ticket Ticket        // written before state becomes leaseTaken
+}
+
+const (
+	leaseNone       = iota // the creator has not leased, the claimer has not left
+	leaseLeft              // the claimer will not take a lease: the creator takes none
+	leaseTaken             // the creator leased the value for the claimer
+	leaseHandedOver        // the claimer has the lease
+)
+
+// WantLease asks the creator of f to lease its value for the claimer. Call
+// it before the creation starts.
+func (f *Flight[V]) WantLease() { f.lease.wanted = true }
+
+// LeaseFor leases s's value, about to be published, for the claimer of f,
+// if it asked and is still there. The creator calls it just before
+// Publish.
+func (s *Slot[K, V]) LeaseFor(f *Flight[V]) {
+	if !f.lease.wanted || f.lease.state.Load() != leaseNone {
+		return
+	}
+	t, ok := s.Lease()
+	if !ok {
+		return
+	}
+	f.lease.ticket = t
+	if !f.lease.state.CompareAndSwap(leaseNone, leaseTaken) {
+		// The claimer left meanwhile: the value is not published yet, so
+		// this lease cannot be its last.
+		_, _ = s.EndLease(t)
+	}
+}
+
+// TakeLease is the claimer's: after f's Done, it returns the lease its
+// creator took for it, or ok false (it must lease the value itself).
+func (f *Flight[V]) TakeLease() (t Ticket, ok bool) {
+	if f.lease.state.CompareAndSwap(leaseTaken, leaseHandedOver) {
+		return f.lease.ticket, true
+	}
+	f.lease.state.CompareAndSwap(leaseNone, leaseLeft)
+	return Ticket{}, false
+}
+
+// ClaimerLeaves is the claimer's when it leaves before the outcome (its
+// context, Close): the creator takes no lease for it, or, if the creator
+// took one already, it is returned as t for the claimer to end.
+func (f *Flight[V]) ClaimerLeaves() (t Ticket, taken bool) {
+	if f.lease.state.CompareAndSwap(leaseNone, leaseLeft) {
+		return Ticket{}, false
+	}
+	return f.TakeLease()
+}

@@ -1,0 +1,137 @@
+package shard_test
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/epcache/epcache/shard"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func readySlot(t *testing.T) (*shard.Table[int, int], *shard.Slot[int, int]) {
+	tb := newTable[int, int](t, shard.Options[int]{})
+	return tb, publish(t, tb, 1, 100)
+}
+
+// A value abandoned while leased is released by the end of its last lease,
+// and by nobody else; one never leased is released by Abandon's caller.
+func TestLeaseLifecycle(t *testing.T) {
+	_, s := readySlot(t)
+	assert.True(t, s.Abandon(), "never leased: release now")
+
+	tb, s := readySlot(t)
+	var tickets []shard.Ticket
+	for range 12 { // eight tickets and four overflow leases
+		tk, ok := s.Lease()
+		require.True(t, ok)
+		require.True(t, tk.Valid())
+		tickets = append(tickets, tk)
+	}
+	assert.Equal(t, 12, s.Leased())
+	last, err := s.EndLease(tickets[0])
+	require.NoError(t, err)
+	assert.False(t, last, "the value is still in the table")
+	_, ok := tb.Invalidate(s)
+	require.True(t, ok)
+	assert.False(t, s.Abandon(), "11 leases hold the value")
+	_, ok = s.Lease()
+	assert.False(t, ok, "no lease once the value has left")
+	for i, tk := range tickets[1:] {
+		last, err := s.EndLease(tk)
+		require.NoError(t, err)
+		assert.Equal(t, i == len(tickets)-2, last, "only the last lease's end releases (lease %d)", i+1)
+	}
+	assert.Zero(t, s.Leased())
+}
+
+// Ending a lease twice is refused, whether or not its ticket was handed out
+// again meanwhile, and changes nothing for the ticket's new holder; so is
+// ending the zero Ticket.
+func TestLeaseEndedTwice(t *testing.T) {
+	_, s := readySlot(t)
+	a, ok := s.Lease()
+	require.True(t, ok)
+	_, err := s.EndLease(a)
+	require.NoError(t, err)
+	_, err = s.EndLease(a)
+	assert.ErrorIs(t, err, shard.ErrLeaseEnded, "ended twice")
+	b, ok := s.Lease() // takes a's ticket again
+	require.True(t, ok)
+	_, err = s.EndLease(a)
+	assert.ErrorIs(t, err, shard.ErrLeaseEnded, "ended twice, after its ticket was handed out again")
+	assert.Equal(t, 1, s.Leased(), "b still holds its lease")
+	_, err = s.EndLease(shard.Ticket{})
+	assert.ErrorIs(t, err, shard.ErrLeaseEnded, "the zero Ticket")
+	assert.False(t, s.Abandon(), "b holds the value")
+	last, err := s.EndLease(b)
+	require.NoError(t, err)
+	assert.True(t, last)
+
+	// Overflow leases too.
+	_, s = readySlot(t)
+	var tks []shard.Ticket
+	for range 9 {
+		tk, ok := s.Lease()
+		require.True(t, ok)
+		tks = append(tks, tk)
+	}
+	_, err = s.EndLease(tks[8])
+	require.NoError(t, err)
+	_, err = s.EndLease(tks[8])
+	assert.ErrorIs(t, err, shard.ErrLeaseEnded)
+	assert.Equal(t, 8, s.Leased())
+}
+
+// Goroutines take and end leases while the value is abandoned: exactly one
+// party is told to release it, and only once every lease handed out has
+// ended.
+func TestLeaseAbandonRace(t *testing.T) {
+	for range 500 {
+		_, s := readySlot(t)
+		var (
+			wg       sync.WaitGroup
+			releases atomic.Int32
+			held     atomic.Int32 // leases handed out and not yet ended
+			early    atomic.Bool
+		)
+		start := make(chan struct{})
+		for range 12 {
+			wg.Go(func() {
+				<-start
+				for range 20 {
+					tk, ok := s.Lease()
+					if !ok {
+						return
+					}
+					held.Add(1)
+					held.Add(-1)
+					last, err := s.EndLease(tk)
+					if err != nil {
+						panic(err)
+					}
+					if last {
+						if held.Load() != 0 {
+							early.Store(true)
+						}
+						releases.Add(1)
+					}
+				}
+			})
+		}
+		wg.Go(func() {
+			<-start
+			if s.Abandon() {
+				if held.Load() != 0 {
+					early.Store(true)
+				}
+				releases.Add(1)
+			}
+		})
+		close(start)
+		wg.Wait()
+		require.EqualValues(t, 1, releases.Load(), "released exactly once")
+		require.False(t, early.Load(), "released while leased")
+	}
+}
