@@ -24,9 +24,10 @@ type Config[K comparable, V any] struct {
 	//
 	// Its ctx carries the values of the context of the Get that started it
 	// (trace IDs carry over) but not that Get's cancellation. ctx is
-	// cancelled by CreateTimeout, by Close, and when Create returns (with
-	// Retry, each attempt's ctx when that attempt returns): a value that
-	// must outlive the call (a connection) must not be bound to it.
+	// cancelled by CreateTimeout, by Close, by an Offer that answers the
+	// creation (cause ErrOffered), and when Create returns (with Retry,
+	// each attempt's ctx when that attempt returns): a value that must
+	// outlive the call (a connection) must not be bound to it.
 	//
 	// A nil error publishes the value, whatever it is (a zero value too). A
 	// panic reaches the waiting callers as a *PanicError. runtime.Goexit

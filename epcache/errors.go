@@ -9,6 +9,11 @@ import (
 // callers waiting on a creation. Test for it with errors.Is.
 var ErrClosed = errors.New("epcache: cache closed")
 
+// ErrOffered is the cause (context.Cause) with which the context of a
+// creation is cancelled when an Offer answers it: its value is no longer
+// wanted, so Create may stop.
+var ErrOffered = errors.New("epcache: creation answered by Offer")
+
 // ErrGoexit is returned to the callers waiting on a creation whose Create
 // called runtime.Goexit (t.FailNow in a test, for instance).
 var ErrGoexit = errors.New("epcache: Create called runtime.Goexit")

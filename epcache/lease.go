@@ -101,8 +101,10 @@ func (c *Cache[K, V]) Acquire(ctx context.Context, key K) (Lease[K, V], error) {
 //
 // If a creation of key is in flight, v answers it: the Gets waiting for the
 // creation, the one running Create included, get v at once, v is stored and
-// owned by the cache, and Offer returns true. The value that Create returns
-// later, if any, is released as soon as it returns. That is the rule a
+// owned by the cache, and Offer returns true. The creation's context is
+// cancelled, with ErrOffered as its cause, so that Create may stop; the value
+// it returns anyway is released as soon as it returns, and no other Create
+// of key starts before it does. That is the rule a
 // transport's simultaneous-connect tie-break can rely on: whichever of the
 // accepted and the dialed connection reaches the cache first is the
 // endpoint, and the other is released. A creation already answered by its
@@ -164,6 +166,7 @@ func (c *Cache[K, V]) offer(s *shard.Slot[K, V], st *shard.State[V], v V) (done,
 		stats.offers.Add(1)
 		stats.ready.Add(1)
 		f.Finish(v, nil, time.Time{})
+		f.Cancel(ErrOffered) // its value is no longer wanted: Create may stop
 		return true, true
 	}
 	// Empty, a remembered failure, or Blocked (a creation an earlier Offer

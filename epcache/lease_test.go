@@ -437,3 +437,27 @@ func TestLeaseAndOfferStress(t *testing.T) {
 	assert.Zero(t, releasedLeased.Load(), "values released while leased")
 	assert.Zero(t, c.Stats().Lingering)
 }
+
+// An Offer that answers a creation cancels the creation's context, with
+// ErrOffered as the cause: Create may stop.
+func TestOfferCancelsTheCreationItAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLedger()
+		cause := make(chan error, 1)
+		c := newCache(t, l, nil, func(cfg *epcache.Config[int, *conn]) {
+			cfg.Create = func(ctx context.Context, k int) (*conn, error) {
+				<-ctx.Done()
+				cause <- context.Cause(ctx)
+				return nil, ctx.Err()
+			}
+		})
+		ch := goGet(c, context.Background(), 4)
+		synctest.Wait()
+		v := l.newConn(4)
+		require.True(t, c.Offer(4, v))
+		assert.ErrorIs(t, <-cause, epcache.ErrOffered)
+		r := <-ch
+		require.NoError(t, r.err, "the Get got the offered value, not Create's error")
+		assert.Same(t, v, r.c)
+	})
+}

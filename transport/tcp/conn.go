@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,9 +24,11 @@ type conn struct {
 	remoteInc uint64        // its incarnation
 	nonce     uint64        // names the connection; chosen by the dialer, the same at both ends
 	dialed    bool          // this end dialed it
+	owned     bool          // the endpoint cache holds it (or released it): its Release closes it
 
-	wmu    sync.Mutex // serialises frames; held by the acceptor until its verdict is written
-	broken bool       // under wmu: a write failed or was cut, so the frame stream is unusable
+	wmu     sync.Mutex // serialises frames; held by the acceptor until its verdict is written
+	broken  bool       // under wmu: a write failed or was cut, so the frame stream is unusable
+	writing atomic.Int32
 
 	closeOnce sync.Once
 }
@@ -65,7 +68,9 @@ func (c *conn) writeFrame(ctx context.Context, payload []byte) error {
 		})
 	}
 	bufs := net.Buffers{head[:], payload}
+	c.writing.Add(1)
 	_, err := bufs.WriteTo(c.nc)
+	c.writing.Add(-1)
 	if stop != nil && !stop() {
 		// The abort ran or is running: let it finish before the next
 		// writer sets its own deadline.
@@ -113,6 +118,9 @@ func (c *conn) readFrames() error {
 // it with Peer.mu held.
 func (c *conn) close(dup bool) {
 	c.closeOnce.Do(func() {
+		if c.writing.Load() != 0 {
+			c.p.stats.closedUnderWriter.Add(1) // only Close may do this: see TestNoCloseUnderAWriter
+		}
 		_ = c.nc.Close()
 		c.p.stats.closed.Add(1)
 		if dup {

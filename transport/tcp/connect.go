@@ -6,31 +6,33 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"time"
 
+	"github.com/epcache/epcache/epcache"
 	"github.com/epcache/epcache/transport/directory"
 )
 
 // link is what a peer knows about its connection to one other peer, under
-// Peer.mu. It is how the accept path and the cache's Create agree on one
-// connection per pair; the package doc explains the protocol.
+// Peer.mu, beside what the endpoint cache holds. It is how the accept path
+// and the cache's Create agree on one connection per pair; the package doc
+// explains the protocol. The connection itself lives in the cache only: an
+// accepted one goes in with Offer.
 type link struct {
-	// current is the endpoint Create last returned: held by the cache, or
-	// about to be. Release (and the next Create, which runs only once the
-	// cache holds none) clears it.
-	current *conn
-	// offered is a connection accepted from the other peer that no Create
-	// has adopted yet. Its reader runs meanwhile.
-	offered *conn
 	// dialing is set while a Create call for this peer connects: from
-	// after its lookup found an address (and no connection was offered)
-	// to its return.
+	// after its lookup found an address to its return.
 	dialing bool
+	// dialed is the connection the last Create that succeeded returned:
+	// the cache holds it, or is about to (it publishes after Create
+	// returns), or has released it (then release clears this). The
+	// acceptor decides against it while the cache does not hold it yet.
+	dialed *conn
 	// dropped is the nonce of the last endpoint given up, sent in the next
 	// hello so that the other side knows its end is stale.
 	dropped uint64
-	// wake, if not nil, is closed when a connection is offered: a Create
-	// that lost a simultaneous connect waits on it.
+	// wake, if not nil, is closed when a connection from the other peer is
+	// offered to the cache: a Create that lost a simultaneous connect waits
+	// on it.
 	wake chan struct{}
 }
 
@@ -44,25 +46,14 @@ func (p *Peer) linkTo(r int) *link {
 	return lk
 }
 
-// create is the cache's Create: it returns the connection to peer r, adopting
-// one r opened if there is one, and dialing otherwise.
+// create is the cache's Create: it dials peer r. A connection r opens to
+// this peer meanwhile reaches the cache through Offer, which answers this
+// creation and cancels ctx (cause epcache.ErrOffered): then create stops,
+// and whatever it returns is dropped.
 func (p *Peer) create(ctx context.Context, r int) (*conn, error) {
-	p.mu.Lock()
-	lk := p.linkTo(r)
-	if cur := lk.current; cur != nil {
-		// The cache no longer holds it (Create runs only on a miss): its
-		// Release is on the way. Tell r, in the hello, that it is stale.
-		lk.dropped, lk.current = cur.nonce, nil
-	}
-	c, err := p.adopt(lk)
-	p.mu.Unlock()
-	if c != nil || err != nil {
-		return c, err
-	}
-
 	// Not dialing yet: while the directory says "not yet", this peer is
 	// not connecting, and a connection r opens meanwhile must be accepted
-	// (and adopted by the next attempt), not refused as a duplicate.
+	// (and offered), not refused as a duplicate.
 	addr, err := p.dir.Lookup(r)
 	if err != nil {
 		if errors.Is(err, directory.ErrNotPublished) {
@@ -72,63 +63,47 @@ func (p *Peer) create(ctx context.Context, r int) (*conn, error) {
 	}
 
 	p.mu.Lock()
-	c, err = p.adopt(lk) // r may have connected during the lookup
-	if c == nil && err == nil {
-		lk.dialing = true
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
 	}
+	// Under the mutex that the accept path decides under: either r's
+	// connection was offered already (ctx is cancelled, and this must not
+	// dial, or r would take the hello for a newer connection), or it is
+	// decided after this sets dialing.
+	if ctx.Err() != nil {
+		p.mu.Unlock()
+		return nil, context.Cause(ctx)
+	}
+	lk := p.linkTo(r)
+	lk.dialing = true
 	dropped := lk.dropped
 	p.mu.Unlock()
-	if c != nil || err != nil {
-		return c, err
-	}
 
 	c, lost, err := p.dial(ctx, r, addr, dropped)
 	if lost {
+		// r's own connection wins; this peer's accept path offers it to
+		// the cache, which answers this creation.
 		p.awaitOffer(ctx, lk)
 	}
-
-	var (
-		toClose *conn // closed after unlocking: close takes p.mu
-		dup     bool
-	)
 	p.mu.Lock()
 	lk.dialing = false
 	switch {
 	case err != nil:
 	case lost:
-		if c = lk.offered; c != nil {
-			lk.offered, lk.current = nil, c
-		} else {
-			err = fmt.Errorf("%w (connecting to peer %d; waited %v)", ErrSuperseded, r, p.hsTimeout)
-		}
+		err = fmt.Errorf("%w (connecting to peer %d; waited %v)", ErrSuperseded, r, p.hsTimeout)
 	case p.closed:
-		toClose, c, err = c, nil, ErrClosed
+		p.mu.Unlock()
+		c.close(false)
+		return nil, ErrClosed
 	default:
-		// Our connection won. An offer that arrived meanwhile is one r has
-		// given up already (it dialed again): a duplicate.
-		toClose, dup, lk.offered = lk.offered, true, nil
-		lk.current = c
+		c.owned = true // the cache holds it, or releases it
+		lk.dialed = c
 		p.wg.Add(1)
 		go p.runReader(c)
 	}
 	p.mu.Unlock()
-	if toClose != nil {
-		toClose.close(dup)
-	}
 	return c, err
-}
-
-// adopt takes the connection offered on lk, if any, as the endpoint. It
-// returns ErrClosed once Close has begun. p.mu must be held.
-func (p *Peer) adopt(lk *link) (*conn, error) {
-	if p.closed {
-		return nil, ErrClosed
-	}
-	c := lk.offered
-	if c != nil {
-		lk.offered, lk.current = nil, c
-	}
-	return c, nil
 }
 
 // dial connects to peer r at addr and runs the dialer's side of the
@@ -155,9 +130,11 @@ func (p *Peer) dial(ctx context.Context, r int, addr string, dropped uint64) (c 
 	rep, err := c.handshake(ctx, p.hsTimeout, &h)
 	switch {
 	case err != nil:
-		c.close(false)
+		// Cut short by an Offer of r's own connection: the pair keeps that
+		// one, and this is a duplicate.
+		c.close(errors.Is(context.Cause(ctx), epcache.ErrOffered))
 		if ctx.Err() != nil {
-			return nil, false, err // the cause: CreateTimeout or Close
+			return nil, false, err // the cause: CreateTimeout, Close, or an Offer
 		}
 		return nil, false, fmt.Errorf("%w with peer %d at %s: %w", ErrHandshake, r, addr, err)
 	case rep.verdict == verdictDuplicate:
@@ -204,13 +181,10 @@ func (c *conn) handshake(ctx context.Context, timeout time.Duration, h *hello) (
 }
 
 // awaitOffer waits, after a lost simultaneous connect, until the winning
-// connection is offered, ctx ends or HandshakeTimeout passes.
+// connection is offered (the cache then cancels ctx too), ctx ends or
+// HandshakeTimeout passes.
 func (p *Peer) awaitOffer(ctx context.Context, lk *link) {
 	p.mu.Lock()
-	if lk.offered != nil {
-		p.mu.Unlock()
-		return
-	}
 	if lk.wake == nil {
 		lk.wake = make(chan struct{})
 	}
@@ -225,11 +199,16 @@ func (p *Peer) awaitOffer(ctx context.Context, lk *link) {
 	}
 }
 
-// release is the cache's Release.
+// release is the cache's Release: once the last lease on c has ended (a
+// Send holds one), c is closed, and r is told, in the next hello, that
+// this end of it is stale.
 func (p *Peer) release(r int, c *conn) {
 	p.mu.Lock()
-	if lk := p.links[r]; lk != nil && lk.current == c {
-		lk.current, lk.dropped = nil, c.nonce
+	if lk := p.links[r]; lk != nil {
+		lk.dropped = c.nonce
+		if lk.dialed == c {
+			lk.dialed = nil
+		}
 	}
 	p.mu.Unlock()
 	c.close(false)
@@ -290,45 +269,20 @@ func (p *Peer) refuse(c *conn, why reason) {
 	c.close(false)
 }
 
-// answer decides, under p.mu, whether the connection c that peer h.from
-// dialed is the pair's, and writes the verdict. It reports whether c was
-// accepted (and offered to the cache).
+// answer decides whether the connection c that peer h.from dialed is the
+// pair's, offers it to the cache if it is, and writes the verdict. It
+// reports whether c was accepted.
 func (p *Peer) answer(c *conn, h hello) bool {
 	c.remote, c.remoteInc, c.nonce = int(h.from), h.inc, h.nonce
-	// Held until the verdict is written, so that a Send that adopts c
-	// meanwhile writes its frame after the verdict, not before.
+	// Held until the verdict is written, so that a Send that gets c from
+	// the cache meanwhile writes its frame after the verdict, not before.
 	c.wmu.Lock()
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		c.wmu.Unlock()
-		p.refuse(c, reasonClosing)
-		return false
-	}
-	lk := p.linkTo(c.remote)
-	accept, stale := lk.decide(p.id, &h)
-	var dup *conn
-	if accept {
-		// An older offer is one the peer gave up: it dialed again.
-		dup, lk.offered = lk.offered, c
-		if lk.wake != nil {
-			close(lk.wake)
-			lk.wake = nil
-		}
-	}
-	p.mu.Unlock()
+	accept := p.decideAndOffer(c, &h)
 	if accept {
 		// r is alive: it just connected. A failure remembered for it (r died
 		// and restarted) must not keep this peer from using the offer.
 		p.cache.Forget(c.remote)
 	}
-	if stale != nil {
-		// Dropped before the verdict is written, so that once the dialer
-		// has its answer, no Send here picks the stale endpoint.
-		p.cache.CompareAndInvalidate(stale.remote, stale)
-		stale.close(false)
-	}
-
 	v := verdictDuplicate
 	if accept {
 		v = verdictAccept
@@ -343,36 +297,83 @@ func (p *Peer) answer(c *conn, h hello) bool {
 		c.broken = true // the reader will fail too, and drop c
 	}
 	c.wmu.Unlock()
-	if dup != nil {
-		dup.close(true)
-	}
 	if !accept {
 		c.close(true)
 	}
 	return accept
 }
 
-// decide is the acceptor's rule, for acceptor me and a hello h from the
-// peer at the other end of lk: whether the new connection is accepted, and
-// which current endpoint, if any, it makes stale (decide clears current).
-// p.mu must be held.
-func (lk *link) decide(me int, h *hello) (accept bool, stale *conn) {
-	if cur := lk.current; cur != nil && (cur.remoteInc != h.inc || cur.nonce == h.dropped || !cur.dialed) {
+// decideAndOffer applies the acceptor's rule (decide) to c and, if c is
+// accepted, offers it to the cache. A held endpoint the rule finds stale is
+// invalidated first, outside the mutex (its Release, once its leases end,
+// closes it and takes the mutex). It returns false, having offered nothing,
+// for a duplicate, or once Close has begun.
+func (p *Peer) decideAndOffer(c *conn, h *hello) bool {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return false
+		}
+		lk := p.linkTo(c.remote)
+		cur, ok := p.cache.Load(c.remote)
+		if !ok {
+			cur = lk.dialed // returned by Create, not yet published
+		}
+		accept, stale := decide(p.id, h, lk.dialing, cur)
+		if stale != nil {
+			p.mu.Unlock()
+			if !p.cache.CompareAndInvalidate(stale.remote, stale) {
+				runtime.Gosched() // not published yet: its Create has just returned
+			}
+			continue // decide again: a Send may have reconnected meanwhile
+		}
+		if !accept {
+			p.mu.Unlock()
+			return false
+		}
+		// Offered under the mutex that create checks before it dials, so
+		// that a creation for r either stops (its ctx is cancelled) or was
+		// dialing already (and then loses to c: see the package doc).
+		c.owned = true
+		if !p.cache.Offer(c.remote, c) {
+			// The cache holds a value after all (a creation published it
+			// between Load and Offer): decide again against it.
+			c.owned = false
+			p.mu.Unlock()
+			continue
+		}
+		if lk.wake != nil {
+			close(lk.wake)
+			lk.wake = nil
+		}
+		p.mu.Unlock()
+		return true
+	}
+}
+
+// decide is the acceptor's rule, for acceptor me, a hello h from the peer at
+// the other end of a link that is dialing or not, and cur, the endpoint the
+// cache holds for that peer (nil: none): whether the new connection is
+// accepted, and which held endpoint, if any, it makes stale (to be
+// invalidated before the rule is applied again).
+func decide(me int, h *hello, dialing bool, cur *conn) (accept bool, stale *conn) {
+	if cur != nil && (cur.remoteInc != h.inc || cur.nonce == h.dropped || !cur.dialed) {
 		// A new life of the peer, or an endpoint it says it dropped, or
 		// one it dialed itself (it dials only when it holds no endpoint
 		// to this peer): our end is stale.
-		stale, lk.current = cur, nil
+		return false, cur
 	}
-	if (lk.dialing || lk.current != nil) && int(h.from) > me {
+	if (dialing || cur != nil) && int(h.from) > me {
 		// Both peers connect at once: the lower id's connection wins.
-		return false, stale
+		return false, nil
 	}
-	if lk.current != nil {
+	if cur != nil {
 		// The lower id dialed while this peer holds its own connection: the
 		// peer must have given that one up.
-		stale, lk.current = lk.current, nil
+		return false, cur
 	}
-	return true, stale
+	return true, nil
 }
 
 // runReader is the reader goroutine of a connection this peer dialed.
@@ -381,16 +382,15 @@ func (p *Peer) runReader(c *conn) {
 	p.readUntilEnd(c)
 }
 
-// readUntilEnd reads c's frames until it ends, then drops it: it is no
-// longer offered, the cache gives it up if it holds it (and only it: a
-// newer endpoint stays), and it is closed.
+// readUntilEnd reads c's frames until it ends, then drops it: the cache
+// gives it up if it holds it (and only it: a newer endpoint stays), and
+// closes it once the Sends that hold it are done. A connection the cache
+// never owned is closed here.
 func (p *Peer) readUntilEnd(c *conn) {
 	_ = c.readFrames() // EOF, an I/O error, a bad frame or Close: all end the connection
-	p.mu.Lock()
-	if lk := p.links[c.remote]; lk != nil && lk.offered == c {
-		lk.offered = nil
+	if c.owned {
+		p.cache.CompareAndInvalidate(c.remote, c)
+		return // closed by the cache's Release, after the last lease
 	}
-	p.mu.Unlock()
-	p.cache.CompareAndInvalidate(c.remote, c)
 	c.close(false)
 }

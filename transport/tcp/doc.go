@@ -34,50 +34,63 @@
 // leak. As in Open MPI's TCP transport, the tie is broken by id: the
 // connection dialed by the lower id wins.
 //
-// Each peer keeps, under one mutex, a link record per other peer r:
-// current (the connection its Create last returned, which the cache holds
-// or is about to), offered (a connection r dialed and this peer accepted,
-// not yet in the cache), dialing (a Create for r is connecting), and dropped
+// The cache holds every endpoint, dialed or accepted: an accepted
+// connection goes in with epcache's Offer, which answers a creation of the
+// same peer in flight (its Gets get the accepted connection at once, and
+// the creation's context is cancelled with cause epcache.ErrOffered). Beside
+// the cache, each peer keeps, under one mutex, a little per other peer r:
+// dialing (a Create for r is connecting), dialed (the connection its last
+// Create returned, until the cache publishes or releases it) and dropped
 // (the last connection to r it gave up). The cache's Create and the accept
 // path meet there:
 //
-//   - Create(r) forgets current (the cache calls Create only when it holds
-//     nothing for r, so current is on its way out; its id becomes dropped),
-//     and if a connection is offered, adopts it and dials nothing. Otherwise
-//     it looks r up; if a connection was offered meanwhile, it adopts that,
-//     and if not, it sets dialing (in the same critical section), dials,
-//     and sends a hello: its id, its incarnation (new for every [Listen], so
-//     a restart is recognisable), a random id for the connection, and
-//     dropped. Dialing is not set during the lookup, so that a peer still
-//     waiting for r's address does not refuse r's own connection.
-//   - The acceptor first treats its current connection to r as stale if r
-//     has restarted, if r says it dropped it, or if r dialed it (r dials
-//     only when it holds no connection to this peer). Then, if it is not
-//     dialing r and holds no connection to r, it accepts. If it is (both
-//     peers dial at once), it accepts only if r has the lower id, and
-//     otherwise answers "duplicate". An accepted connection becomes the
-//     offer (an older offer, which r gave up by dialing again, is closed),
-//     so this peer's next Create for r adopts it. The verdict is written
-//     while the connection's write lock is held, so that a Send that
-//     adopts the connection at once writes after it.
-//   - The dialer, on "accept", keeps its connection as the endpoint (an
-//     offer that came in meanwhile is one r gave up: it is closed as a
-//     duplicate). On "duplicate" it closes its connection and waits, up to
-//     Config.HandshakeTimeout, for the winner, which r dialed and this
-//     peer's accept path will offer, and adopts it; if it does not arrive
-//     (r's own attempt failed), Create fails with [ErrSuperseded], which
-//     [Retryable] retries.
+//   - Create(r) looks r up, then, under the mutex, stops if an Offer has
+//     answered it meanwhile (its context is done), and otherwise sets
+//     dialing, dials, and sends a hello: its id, its incarnation (new for
+//     every [Listen], so a restart is recognisable), a random id for the
+//     connection, and dropped. Dialing is not set during the lookup, so
+//     that a peer still waiting for r's address does not refuse r's own
+//     connection.
+//   - The acceptor decides under the same mutex, against the endpoint the
+//     cache holds for r (or the one Create just returned). It first treats
+//     that endpoint as stale if r has restarted, if r says it dropped it,
+//     or if r dialed it (r dials only when it holds no endpoint to this
+//     peer); it invalidates a stale endpoint (outside the mutex) and
+//     decides again. Then, if it is not dialing r and holds no endpoint to
+//     r, it accepts. If it is (both peers dial at once), it accepts only if
+//     r has the lower id, and otherwise answers "duplicate". An accepted
+//     connection is offered to the cache at once, under the mutex, so that
+//     a Create for r either sees its context done before it dials or was
+//     dialing already. The verdict is written while the connection's write
+//     lock is held, so that a Send that gets the connection at once writes
+//     after it.
+//   - The dialer, on "accept", returns its connection as the endpoint. On
+//     "duplicate" it closes it and waits, up to Config.HandshakeTimeout, for
+//     the winner, which r dialed and this peer's accept path offers to the
+//     cache (answering this creation); if it does not arrive (r's own
+//     attempt failed), Create fails with [ErrSuperseded], which [Retryable]
+//     retries.
 //
 // Why one connection survives: the decisions are made under the mutex that
-// also guards dialing and the offer, and the ids order them. Take peers
-// L < H dialing each other. H's acceptor, dialing too, accepts L's
-// connection; L's acceptor, dialing too or already holding L's own
-// connection, answers H "duplicate"; H adopts L's connection. If instead an
-// acceptor finds itself idle, it has not committed to dialing yet, and when
-// its Create gets there, it adopts the offer rather than dial. Either way the
-// loser never carries a frame: frames are written only on a connection that
-// got "accept". Every duplicate is closed by both ends as soon as it is
-// decided, and counted in Stats.Duplicates.
+// also guards dialing, and the ids order them. Take peers L < H dialing each
+// other. H's acceptor, dialing too, accepts L's connection and offers it;
+// L's acceptor, dialing too or already holding L's own connection, answers
+// H "duplicate"; H's creation was answered by the offer. If instead an
+// acceptor finds itself idle, it has not committed to dialing yet, and its
+// offer stops its Create before it dials. Either way the loser never
+// carries a frame: frames are written only on a connection that got
+// "accept". Every duplicate is closed by both ends as soon as it is decided
+// (a dial cut short by an offer counts as one), and counted in
+// Stats.Duplicates.
+//
+// # Sending under a lease
+//
+// [Peer.Send] holds an epcache lease on the connection while it writes: a
+// failure report (CompareAndInvalidate, by any Send or by the connection's
+// reader) drops the connection from the cache at once, so that the next
+// Send reconnects, but the cache closes it only when the last Send using it
+// is done. No connection is closed under a frame being written, except by
+// [Peer.Close], which aborts the writes in flight.
 //
 // # Wire format
 //

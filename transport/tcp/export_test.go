@@ -34,11 +34,29 @@ type Held struct {
 // not, and holds held (nil: nothing). It reports the verdict and whether the
 // held endpoint is given up.
 func Decide(me, from int, inc, dropped uint64, dialing bool, held *Held) (accept, dropHeld bool) {
-	lk := &link{dialing: dialing}
+	var cur *conn
 	if held != nil {
-		lk.current = &conn{remote: from, remoteInc: held.RemoteInc, nonce: held.Nonce, dialed: held.DialedBy == "acceptor"}
+		cur = &conn{remoteInc: held.RemoteInc, nonce: held.Nonce, dialed: held.DialedBy == "acceptor"}
 	}
 	h := hello{from: uint32(from), to: uint32(me), inc: inc, nonce: 99, dropped: dropped}
-	accept, stale := lk.decide(me, &h)
-	return accept, stale != nil
+	accept, stale := decide(me, &h, dialing, cur)
+	if stale != nil {
+		// The acceptor invalidates the stale endpoint and decides again,
+		// holding nothing.
+		accept, stale = decide(me, &h, dialing, nil)
+		return accept, true
+	}
+	return accept, false
 }
+
+// ReportFailure reports p's endpoint for peer r as failed, as a Send whose
+// write failed does (CompareAndInvalidate), and reports whether the cache
+// gave it up.
+func ReportFailure(p *Peer, r int) bool {
+	c, ok := p.cache.Load(r)
+	return ok && p.cache.CompareAndInvalidate(r, c)
+}
+
+// ClosedUnderWriter counts p's connections closed while a frame was being
+// written on them.
+func ClosedUnderWriter(p *Peer) uint64 { return p.stats.closedUnderWriter.Load() }

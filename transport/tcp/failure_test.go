@@ -182,3 +182,58 @@ func TestRestartReplacesStaleConnection(t *testing.T) {
 	m.close(t)
 	checkFDs(t, baseline)
 }
+
+// TestNoCloseUnderAWriter reports the connection between two peers as
+// failed, again and again, while 16 goroutines send on it: every report
+// drops the connection (the next Send reconnects), but none closes it under
+// a frame being written. Send holds a lease, so the cache closes a dropped
+// connection only once the last Send using it is done.
+func TestNoCloseUnderAWriter(t *testing.T) {
+	baseline := openFDs(t)
+	m := startMesh(t, 2, 0, 0, nil)
+	a := m.peers[0]
+	ctx := context.Background()
+	require.NoError(t, a.Send(ctx, 1, payload(0, 0, 0)))
+	const senders, frames = 16, 200
+	var (
+		wg      sync.WaitGroup
+		sent    atomic.Int64
+		reports atomic.Int64
+		stop    = make(chan struct{})
+	)
+	for g := range senders {
+		wg.Go(func() {
+			for f := range frames {
+				// A frame on a connection dropped under it fails; the
+				// next Send reconnects.
+				if a.Send(ctx, 1, payload(0, g, f)) == nil {
+					sent.Add(1)
+				}
+			}
+		})
+	}
+	var reporter sync.WaitGroup
+	reporter.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if tcp.ReportFailure(a, 1) {
+				reports.Add(1)
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+	})
+	wg.Wait()
+	close(stop)
+	reporter.Wait()
+	t.Logf("%d frames sent, %d failure reports, %d connections made", sent.Load(), reports.Load(), a.Stats().Cache.Creates+a.Stats().Cache.Offers)
+	assert.Positive(t, reports.Load(), "connections were dropped under the senders")
+	assert.Positive(t, sent.Load())
+	assert.Zero(t, tcp.ClosedUnderWriter(a), "a connection closed under a writer")
+	assert.Zero(t, tcp.ClosedUnderWriter(m.peers[1]))
+	m.close(t)
+	checkFDs(t, baseline)
+}

@@ -192,6 +192,7 @@ func sum(peers []*tcp.Peer) tcp.Stats {
 		s.Sent += st.Sent
 		s.Received += st.Received
 		s.Cache.Creates += st.Cache.Creates
+		s.Cache.Offers += st.Cache.Offers
 		s.Cache.Attempts += st.Cache.Attempts
 		s.Cache.CreateErrors += st.Cache.CreateErrors
 		s.Cache.ErrorHits += st.Cache.ErrorHits

@@ -108,6 +108,7 @@ func (s Stats) Open() int64 { return int64(s.Dialed+s.Accepted) - int64(s.Closed
 type counters struct {
 	dialAttempts, dialed, accepted, closed, duplicates, refused atomic.Uint64
 	notPublished, badFrames, sent, received                     atomic.Uint64
+	closedUnderWriter                                           atomic.Uint64 // connections closed while a frame was being written
 }
 
 // Peer is one process of the job: a TCP listener on 127.0.0.1, a published
@@ -131,7 +132,7 @@ type Peer struct {
 	mu     sync.Mutex
 	closed bool
 	links  map[int]*link      // per remote peer; entries are never removed
-	conns  map[*conn]struct{} // every open connection end, handshaking ones included
+	conns  map[*conn]struct{} // every open connection end, handshaking and cached ones included
 }
 
 // Listen starts a peer: it listens on 127.0.0.1 (a port of the kernel's
@@ -258,13 +259,18 @@ func (p *Peer) Send(ctx context.Context, to int, payload []byte) error {
 	case to < 0 || to >= p.dir.Size():
 		return fmt.Errorf("tcp: send to peer %d: %w (peers are 0 to %d)", to, directory.ErrUnknownPeer, p.dir.Size()-1)
 	}
-	c, err := p.cache.Get(ctx, to)
+	// A lease, so that a failure report (this Send's, another's, the
+	// reader's) never closes the connection under this write: the cache
+	// closes it when the last Send using it is done.
+	lease, err := p.cache.Acquire(ctx, to)
 	if err != nil {
 		if errors.Is(err, epcache.ErrClosed) {
 			return ErrClosed
 		}
 		return err
 	}
+	defer lease.Release()
+	c := lease.Value()
 	if err := c.writeFrame(ctx, payload); err != nil {
 		p.cache.CompareAndInvalidate(to, c)
 		select {
@@ -315,8 +321,9 @@ func (p *Peer) Stats() Stats {
 
 // Close shuts the peer down: it stops Send and Recv (they return ErrClosed),
 // closes the listener, closes the endpoint cache (which cancels connection
-// attempts in flight and releases every connection it holds), closes every
-// other connection (offered, handshaking), and waits for all the peer's
+// attempts in flight and releases every connection it holds that no Send
+// leases), closes every other connection (handshaking, and those that Sends
+// in flight still lease: their writes fail), and waits for all the peer's
 // goroutines to return. The peer's address stays in the directory: a dead
 // peer does not withdraw its own, so call Directory.Unpublish for that. A
 // second Close waits for the first and returns nil.

@@ -86,6 +86,17 @@
 // with [ErrEndpointFailed] and reports it the same way; the next Send
 // connects again.
 //
+// [Peer.Send] holds an epcache lease on the endpoint while it sends, so
+// that a report (its own, another Send's, the error callback's) drops the
+// endpoint from the cache at once but never closes it under a send: the
+// cache's Release, ucp_ep_close_nbx, runs once the last Send using it is
+// done. The endpoint's own read-write lock (an operation is posted under
+// the read lock, Close takes the write lock) stays all the same, and is
+// still needed: an [Endpoint] is usable without the cache, and may be
+// closed by whoever holds it while another goroutine posts on it, and
+// [Worker.Close] closes the endpoints left open, as orphans, whatever is
+// posting on them. For a Peer's endpoints the lock is now uncontended.
+//
 // # Addresses
 //
 // A worker's address is published as string(Worker.Address()). UCX unpacks

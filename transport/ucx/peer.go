@@ -260,31 +260,30 @@ func (p *Peer) Send(ctx context.Context, to int, payload []byte) error {
 		return fmt.Errorf("ucx: send to peer %d: %w (peers are 0 to %d)", to, directory.ErrUnknownPeer, p.dir.Size()-1)
 	}
 	tag := uint64(p.id)<<32 | uint64(to)
-	for retried := false; ; retried = true {
-		ep, err := p.cache.Get(ctx, to)
-		if err != nil {
-			if errors.Is(err, epcache.ErrClosed) {
-				return ErrClosed
-			}
-			return err
-		}
-		err = ep.Send(ctx, tag, payload)
-		switch {
-		case err == nil:
-			p.stats.sent.Add(1)
-			return nil
-		case errors.Is(err, ErrClosed):
+	// A lease: a failure report (this Send's, another's, the error
+	// callback's) drops the endpoint from the cache at once, but the cache
+	// closes it only once the last Send using it is done.
+	lease, err := p.cache.Acquire(ctx, to)
+	if err != nil {
+		if errors.Is(err, epcache.ErrClosed) {
 			return ErrClosed
-		case err == ctx.Err():
-			return err
-		case errors.Is(err, ErrEndpointClosed) && !retried:
-			// Released while this Send held it (a failure report, an
-			// Invalidate, Close): the cache has dropped it already.
-			continue
 		}
-		p.cache.CompareAndInvalidate(to, ep)
-		return fmt.Errorf("ucx: send to peer %d: %w", to, err)
+		return err
 	}
+	defer lease.Release()
+	ep := lease.Value()
+	err = ep.Send(ctx, tag, payload)
+	switch {
+	case err == nil:
+		p.stats.sent.Add(1)
+		return nil
+	case errors.Is(err, ErrClosed):
+		return ErrClosed
+	case err == ctx.Err():
+		return err
+	}
+	p.cache.CompareAndInvalidate(to, ep)
+	return fmt.Errorf("ucx: send to peer %d: %w", to, err)
 }
 
 // receive is the peer's receiver: it takes messages off the worker and
