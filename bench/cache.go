@@ -42,12 +42,14 @@ type Impl struct {
 	ExactlyOnce bool // at most one creation per key in flight, no duplicates
 	Retries     bool // retries a failed creation itself, waiters see only the outcome
 	Dense       bool // needs dense integer keys (Env.Index)
+	Leases      bool // holds an endpoint while it is used (Leaser): runs the lease workload
+	LeaseOnly   bool // written for the lease workload: the suites run it there alone
 	About       string
 }
 
 // Impls lists the comparators, in the order tables show them.
 var Impls = []Impl{
-	{Name: "epcache", ExactlyOnce: true, Retries: true, About: "epcache.Cache: CAS-claimed slot, waiters on a channel"},
+	{Name: "epcache", ExactlyOnce: true, Retries: true, Leases: true, About: "epcache.Cache: CAS-claimed slot, waiters on a channel"},
 	{Name: "xsync4", ExactlyOnce: true, About: "xsync/v4 Map.LoadOrCompute: bucket lock held while creating"},
 	{Name: "xsync", ExactlyOnce: true, About: "xsync/v3 MapOf.LoadOrTryCompute: bucket lock held while creating"},
 	{Name: "syncmap", About: "sync.Map Load, create, LoadOrStore; the loser is released"},
@@ -55,6 +57,8 @@ var Impls = []Impl{
 	{Name: "mutex", ExactlyOnce: true, About: "map behind one sync.Mutex, creation under the lock"},
 	{Name: "rwmutex", ExactlyOnce: true, About: "RLock fast path; Lock, double-check, create under the lock"},
 	{Name: "array", ExactlyOnce: true, Dense: true, About: "dense slice of atomic pointers, CAS claim: the floor"},
+	{Name: "pool", ExactlyOnce: true, Leases: true, LeaseOnly: true, About: "Consul/Nomad-style pool: map and reference counts behind one mutex, dials coalesced"},
+	{Name: "xsync4rc", ExactlyOnce: true, Leases: true, LeaseOnly: true, About: "xsync/v4 Map of reference-counted entries: a hand-written lease"},
 }
 
 // ImplNamed returns the comparator called name.
@@ -102,6 +106,10 @@ func New[K comparable](name string, env Env[K]) (Cache[K], error) {
 			return nil, ErrUnsupported
 		}
 		return newArray(env), nil
+	case "pool":
+		return newPool(env), nil
+	case "xsync4rc":
+		return newXsync4rc(env), nil
 	}
 	_, err := ImplNamed(name)
 	return nil, err

@@ -15,8 +15,14 @@
 // lock while creating), xsync4 (xsync/v4 Map.LoadOrCompute), epcache, and
 // array (a dense slice of atomic pointers indexed by peer number, claimed by
 // CAS: the physical floor for dense integer peers; workloads with string
-// keys skip it). Every comparator releases what it gives up, duplicates
-// included, so that a leak is a bug in a comparator, never a choice.
+// keys skip it). Two more are written for the lease workload (see
+// [Leaser]): pool, a connection pool the way Consul's and Nomad's are (a map
+// and reference counts behind one mutex, first dials coalesced through
+// channels, a connection given up in use closed by its last user), and
+// xsync4rc (xsync/v4's Map of entries with a hand-written reference count
+// and gone bit, released by whoever claims the release by CAS). Every
+// comparator releases what it gives up, duplicates included, so that a leak
+// is a bug in a comparator, never a choice.
 //
 // # Workloads
 //
@@ -38,6 +44,13 @@
 //     backoff.
 //   - mixed: a read ratio (100%, 99%, 90%) of Gets, the rest Invalidates of a
 //     random peer, which the next Get of that peer re-creates.
+//   - lease: mostly leases of a ready peer (epcache's Acquire, use,
+//     Release; the pool's markForUse and releaseConn; xsync4rc's count),
+//     the rest (default 1%) Invalidates of the peer, which the next lease
+//     re-creates. The use marks the endpoint in use, and the ledger counts a
+//     release that comes during one (released in use: what leases exist to
+//     prevent). Comparators that hold nothing while a value is used do not
+//     run it.
 //   - tcpstorm (and ucxstorm, with -tags ucx): P peers, each with its own
 //     comparator and G goroutines, all connecting to each other at once over
 //     real loopback connections (UCX endpoints). Spec.RTT models network
@@ -67,8 +80,9 @@
 // workloads one Get in 64 is timed), allocs/op, bytes per entry, creates,
 // duplicates, releases, leaked (creates − releases after Close), overlap
 // (the most creations of one peer in flight at once; above 1 breaks
-// exactly-once) and concurrency (the most creations in flight at once, all
-// peers together; 1 for a comparator that serialises them). Duplicates are counted per peer: creations beyond the first
-// and beyond one for each time the workload invalidated the peer on purpose.
-// A run that leaks is a failure.
+// exactly-once), concurrency (the most creations in flight at once, all
+// peers together; 1 for a comparator that serialises them) and released in
+// use. Duplicates are counted per peer: creations beyond the first and
+// beyond one for each time the workload invalidated the peer on purpose. A
+// run that leaks, releases twice or releases under a use is a failure.
 package bench

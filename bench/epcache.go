@@ -29,3 +29,13 @@ func (e epcacheCache[K]) Get(ctx context.Context, key K) (*Endpoint, error) {
 func (e epcacheCache[K]) Report(key K, ep *Endpoint) bool { return e.c.CompareAndInvalidate(key, ep) }
 func (e epcacheCache[K]) Invalidate(key K) bool           { return e.c.Invalidate(key) }
 func (e epcacheCache[K]) Close() error                    { return e.c.Close() }
+
+func (e epcacheCache[K]) Lease(ctx context.Context, key K, use func(*Endpoint)) error {
+	l, err := e.c.Acquire(ctx, key)
+	if err != nil {
+		return err
+	}
+	use(l.Value())
+	l.Release()
+	return nil
+}

@@ -16,6 +16,7 @@ type Endpoint struct {
 	Serial   uint64 // the ledger's creation number, from 1
 	res      io.Closer
 	released atomic.Int32
+	using    atomic.Int32 // uses in progress (the lease workload): a release meanwhile is a release under a use
 }
 
 // ErrNotPublished is the flaky workload's creation error: the peer's address
@@ -40,6 +41,7 @@ type Ledger struct {
 	releases       atomic.Uint64
 	doubleReleases atomic.Uint64
 	closeErrors    atomic.Uint64
+	releasedInUse  atomic.Uint64 // releases of an endpoint while a lease was using it
 	overlap        atomic.Int32
 	running        atomic.Int32 // creations in flight now, all peers
 	concurrency    atomic.Int32 // the most creations in flight at once, all peers
@@ -118,8 +120,12 @@ func raiseTo(m *atomic.Int32, n int32) {
 }
 
 // Release records that ep was given up. A second release of one endpoint is
-// counted as a double release.
+// counted as a double release, and a release while a lease uses it as a
+// release in use.
 func (l *Ledger) Release(ep *Endpoint) {
+	if ep.using.Load() != 0 {
+		l.releasedInUse.Add(1)
+	}
 	if ep.released.Add(1) > 1 {
 		l.doubleReleases.Add(1)
 		return
@@ -150,6 +156,7 @@ type Counts struct {
 	Releases       uint64        // endpoints released (once)
 	DoubleReleases uint64        // releases of an already released endpoint
 	CloseErrors    uint64        // releases whose resource failed to close
+	ReleasedInUse  uint64        // releases of an endpoint a lease was using
 	Overlap        int           // most creations of one peer in flight at once
 	Concurrency    int           // most creations in flight at once, all peers together
 	MeanCreate     time.Duration // measured mean cost of an attempt
@@ -163,6 +170,7 @@ func (l *Ledger) Counts() Counts {
 		Releases:       l.releases.Load(),
 		DoubleReleases: l.doubleReleases.Load(),
 		CloseErrors:    l.closeErrors.Load(),
+		ReleasedInUse:  l.releasedInUse.Load(),
 		Overlap:        int(l.overlap.Load()),
 		Concurrency:    int(l.concurrency.Load()),
 	}

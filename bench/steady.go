@@ -38,12 +38,16 @@ func steady[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 	// this threshold: the churn fraction, or the share of writes in mixed.
 	var other uint64
 	switch s.Workload {
-	case "churn":
+	case "churn", "lease":
 		other = uint64(s.Churn * math.MaxUint64)
 	case "mixed":
 		other = uint64((1 - s.Reads) * math.MaxUint64)
 	}
 	gctx := s.getContext(ctx) // ctx itself stops the run early
+	var leaser Leaser[K]
+	if s.Workload == "lease" {
+		leaser = c.(Leaser[K])
+	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	type tally struct {
@@ -66,6 +70,16 @@ func steady[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 			t := tallies[g]
 			seq := seqs[g]
 			rng := rand.New(rand.NewPCG(s.Seed, uint64(g)))
+			// The lease workload's use, made once per goroutine so that
+			// an operation allocates nothing of the harness's.
+			var (
+				expect int
+				bad    bool
+			)
+			check := func(ep *Endpoint) {
+				use(ep)
+				bad = ep.Peer != expect
+			}
 			ready.Done()
 			<-start
 			i := 0
@@ -74,8 +88,24 @@ func steady[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 					p := seq[i&(seqLen-1)]
 					i++
 					key := ks.keys[p]
+					if leaser != nil && (other == 0 || rng.Uint64() >= other) {
+						// lease: get, use and let go of the endpoint
+						expect, bad = int(p), false
+						if i%sampleEvery == 0 {
+							t0 := time.Now()
+							err := leaser.Lease(gctx, key, check)
+							t.hist.RecordValue(int64(time.Since(t0)))
+							bad = bad || err != nil
+						} else if leaser.Lease(gctx, key, check) != nil {
+							bad = true
+						}
+						if bad {
+							t.errors++
+						}
+						continue
+					}
 					if other != 0 && rng.Uint64() < other {
-						if s.Workload == "mixed" {
+						if s.Workload == "mixed" || s.Workload == "lease" {
 							if c.Invalidate(key) {
 								l.Invalidated(int(p))
 								t.invalidations++

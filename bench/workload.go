@@ -17,7 +17,7 @@ import (
 )
 
 // Workloads lists the workloads Run knows, in the order tables show them.
-var Workloads = []string{"hit", "storm", "churn", "flaky", "mixed", "tcpstorm"}
+var Workloads = []string{"hit", "storm", "churn", "flaky", "mixed", "lease", "tcpstorm"}
 
 // Spec is one run: one workload, one comparator, one configuration.
 type Spec struct {
@@ -30,7 +30,7 @@ type Spec struct {
 	Procs      int           `json:"procs"`           // GOMAXPROCS during the run; 0 leaves it
 	Duration   time.Duration `json:"duration_ns"`     // hit, churn, mixed: how long to measure
 	Cost       string        `json:"cost"`            // creation cost model, see ParseCost
-	Churn      float64       `json:"churn,omitempty"` // churn: fraction of operations that report failure
+	Churn      float64       `json:"churn,omitempty"` // churn: fraction of operations that report failure; lease: fraction that invalidate
 	Failures   int           `json:"failures,omitempty"`
 	Reads      float64       `json:"reads,omitempty"` // mixed: fraction of Gets
 	// Ctx is the context the workload's Gets pass: "" (or "background")
@@ -75,7 +75,8 @@ type Result struct {
 	Releases       uint64  `json:"releases"`
 	Leaked         int64   `json:"leaked"` // Creates - Releases, after Close
 	DoubleReleases uint64  `json:"double_releases"`
-	Overlap        int     `json:"overlap"` // most creations of one peer in flight at once
+	ReleasedInUse  uint64  `json:"released_in_use"` // releases under a lease's use: the bug leases prevent
+	Overlap        int     `json:"overlap"`         // most creations of one peer in flight at once
 	// Concurrency is the most creations in flight at once, all peers
 	// together: 1 for a comparator that serialises every creation.
 	Concurrency int           `json:"concurrency"`
@@ -121,6 +122,8 @@ func (s Spec) Name() string {
 	switch s.Workload {
 	case "churn":
 		add("churn", strconv.FormatFloat(s.Churn*100, 'g', -1, 64)+"%")
+	case "lease":
+		add("invalidate", strconv.FormatFloat(s.Churn*100, 'g', -1, 64)+"%")
 	case "flaky":
 		add("failures", strconv.Itoa(s.Failures))
 	case "mixed":
@@ -167,7 +170,7 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("bench: goroutines %d; want 1 to 65536", s.Goroutines)
 	case s.Procs < 0:
 		return fmt.Errorf("bench: procs %d; want 0 (leave GOMAXPROCS) or more", s.Procs)
-	case s.Duration <= 0 && (s.Workload == "hit" || s.Workload == "churn" || s.Workload == "mixed"):
+	case s.Duration <= 0 && (s.Workload == "hit" || s.Workload == "churn" || s.Workload == "mixed" || s.Workload == "lease"):
 		return fmt.Errorf("bench: duration %v; want a positive duration for %s", s.Duration, s.Workload)
 	case s.Churn < 0 || s.Churn > 1:
 		return fmt.Errorf("bench: churn %v; want a fraction from 0 to 1", s.Churn)
@@ -253,6 +256,10 @@ func run[K comparable](ctx context.Context, s Spec, ks keySet[K], dense bool) (R
 	if err != nil {
 		return Result{}, err
 	}
+	if _, ok := c.(Leaser[K]); !ok && s.Workload == "lease" {
+		_ = c.Close()
+		return Result{}, ErrUnsupported
+	}
 	var ph phase
 	switch s.Workload {
 	case "storm", "flaky":
@@ -302,7 +309,7 @@ func finish(r Result, ph phase, l *Ledger, im Impl, closeErr error) Result {
 	counts := l.Counts()
 	r.Creates, r.Attempts, r.Distinct, r.Releases = counts.Creates, counts.Attempts, counts.Distinct, counts.Releases
 	r.DoubleReleases, r.Overlap, r.MeanCreate = counts.DoubleReleases, counts.Overlap, counts.MeanCreate
-	r.Duplicates, r.Concurrency = counts.Duplicates, counts.Concurrency
+	r.Duplicates, r.Concurrency, r.ReleasedInUse = counts.Duplicates, counts.Concurrency, counts.ReleasedInUse
 	r.Leaked = int64(r.Creates) - int64(r.Releases)
 	r.Failure = failure(r, im, closeErr)
 	return r
@@ -315,6 +322,9 @@ func failure(r Result, im Impl, closeErr error) string {
 	}
 	if r.DoubleReleases != 0 {
 		why = append(why, fmt.Sprintf("released %d endpoints twice", r.DoubleReleases))
+	}
+	if r.ReleasedInUse != 0 {
+		why = append(why, fmt.Sprintf("released %d endpoints while a lease used them", r.ReleasedInUse))
 	}
 	if r.Errors != 0 {
 		why = append(why, fmt.Sprintf("%d Gets failed or returned another peer's endpoint", r.Errors))

@@ -48,6 +48,15 @@ func (l Lease[K, V]) Key() K {
 // or release one twice. A lease's Release takes no lock and allocates
 // nothing.
 func (l Lease[K, V]) Release() {
+	// The common case inlines into the caller: the first lease of a value
+	// still in the cache, ended by one compare-and-swap.
+	if !l.s.EndFirstLease(l.tk) { // false for the zero Lease, before it reads l.s
+		l.release()
+	}
+}
+
+// release is Release for every other lease, and for misuse.
+func (l Lease[K, V]) release() {
 	if l.s == nil {
 		panic("epcache: Release of a zero Lease")
 	}
@@ -77,17 +86,24 @@ func (l Lease[K, V]) Release() {
 // first lease allocates its lease table (once per value) and more than
 // eight leases of one value at a time allocate each.
 func (c *Cache[K, V]) Acquire(ctx context.Context, key K) (Lease[K, V], error) {
+	if s, tk, ok := c.table.Lease(key); ok { // a hit: this much inlines
+		return Lease[K, V]{c: c, s: s, tk: tk}, nil
+	}
+	return c.acquire(ctx, key)
+}
+
+// acquire is Acquire after a miss: it creates (or waits for) the value as
+// Get does. A value this Acquire creates is leased before it is published;
+// one it waited for may be invalidated before it is leased, and then this
+// goes round again.
+func (c *Cache[K, V]) acquire(ctx context.Context, key K) (Lease[K, V], error) {
 	for {
-		if s, tk, ok := c.table.Lease(key); ok {
-			return Lease[K, V]{c: c, s: s, tk: tk}, nil
-		}
-		// A miss: create (or wait for) the value as Get does. A value this
-		// Acquire creates is leased before it is published; one it waited
-		// for may be invalidated before it is leased, and then this goes
-		// round again.
 		_, l, err := c.obtain(ctx, key, true)
 		if err != nil || l.s != nil {
 			return l, err
+		}
+		if s, tk, ok := c.table.Lease(key); ok {
+			return Lease[K, V]{c: c, s: s, tk: tk}, nil
 		}
 	}
 }

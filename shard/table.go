@@ -346,7 +346,7 @@ func (t *Table[K, V]) shardOf(h uint64) *shard[K, V] {
 // allocates nothing and writes nothing. The slot may be in any state,
 // including Dead (then use [Table.LoadOrInsert]).
 func (t *Table[K, V]) Lookup(key K) *Slot[K, V] {
-	return t.find(t.Hash(key), key)
+	return t.locate(t.Hash(key), key)
 }
 
 // SetMiss sets the function Get hands its misses to. Call it once, before
@@ -387,8 +387,8 @@ func (t *Table[K, V]) Get(ctx context.Context, key K) (v V, err error) {
 	default:
 		return t.getOther(ctx, key) // Config.Hash and composite keys
 	}
-	// probe, written out: the inliner finds it too large, and a call here
-	// would cost as much as the probe.
+	// locate, written out: the inliner finds it too large, and a call here
+	// would cost as much as the probe (TestHitPathMakesNoCalls keeps it so).
 	// Safety: h&shardMask < len(shards), whose first element is at shard0.
 	a := (*shard[K, V])(unsafe.Add(t.shard0, uintptr(h&t.shardMask)*unsafe.Sizeof(shardPadded[K, V]{}))).cells.Load()
 	// The groups are addressed with unsafe.Pointer arithmetic rather than
@@ -425,9 +425,40 @@ func (t *Table[K, V]) Get(ctx context.Context, key K) (v V, err error) {
 	return t.missed(ctx, key)
 }
 
+// locate probes the array of h's shard for key, without a lock, and
+// returns its slot, in any state, or nil: probe for readers, whose groups
+// it addresses with unsafe.Pointer arithmetic rather than the generic
+// helpers probe uses, for the reason Get gives.
+func (t *Table[K, V]) locate(h uint64, key K) *Slot[K, V] {
+	// Safety: h&shardMask < len(shards), whose first element is at shard0.
+	a := (*shard[K, V])(unsafe.Add(t.shard0, uintptr(h&t.shardMask)*unsafe.Sizeof(shardPadded[K, V]{}))).cells.Load()
+	// Safety: as array.group and group.slot; groupLayout is the layout of
+	// every group[K, V] (TestGroupLayout).
+	base := unsafe.Pointer(a)
+	n := (*atomic.Uint64)(base).Load() // the header's control word: the number of groups
+	g, _ := bits.Mul64(h, n)
+	tags := tagsOf(h)
+	for {
+		grp := unsafe.Add(base, uintptr(g+1)*groupSize)
+		ctrl := (*atomic.Uint64)(grp).Load()
+		for m := matches(ctrl, tags); m != 0; m &= m - 1 {
+			s := (*Slot[K, V])(atomic.LoadPointer((*unsafe.Pointer)(unsafe.Add(grp, slotsOffset+uintptr(byteIndex(m))*ptrSize))))
+			if t.equal(s.key, key) {
+				return s
+			}
+		}
+		if empties(ctrl) != 0 {
+			return nil
+		}
+		if g++; g == n {
+			g = 0
+		}
+	}
+}
+
 // getOther is Get for keys hashed by hashOther.
 func (t *Table[K, V]) getOther(ctx context.Context, key K) (v V, err error) {
-	if s := t.find(t.hashOther(key), key); s != nil && s.state.Load() == t.hit.Load() {
+	if s := t.locate(t.hashOther(key), key); s != nil && s.state.Load() == t.hit.Load() {
 		return s.value, nil
 	}
 	return t.missed(ctx, key)
@@ -439,15 +470,6 @@ func (t *Table[K, V]) missed(ctx context.Context, key K) (v V, err error) {
 		return v, errMiss
 	}
 	return t.miss(ctx, key)
-}
-
-// find probes the array of h's shard for key, without a lock, and returns
-// its slot, in any state, or nil.
-func (t *Table[K, V]) find(h uint64, key K) *Slot[K, V] {
-	if p := t.probe(t.shardOf(h).cells.Load(), h, key); p != nil {
-		return p.Load()
-	}
-	return nil
 }
 
 // equal compares keys; two strings at one address are equal without a call
@@ -462,8 +484,16 @@ func (t *Table[K, V]) equal(a, b K) bool {
 // Lease returns key's slot and a lease of its value, if the slot is Ready
 // and the table is not closed; see [Slot.Lease]. It takes no lock.
 func (t *Table[K, V]) Lease(key K) (s *Slot[K, V], tk Ticket, ok bool) {
-	if s = t.find(t.Hash(key), key); s == nil || s.state.Load() != t.hit.Load() {
+	if s = t.locate(t.Hash(key), key); s == nil || s.state.Load() != t.hit.Load() {
 		return nil, Ticket{}, false
+	}
+	// The first ticket, spelled out: free unless another lease of this
+	// value is held at the same moment.
+	if tb := s.leases.Load(); tb != nil {
+		p := &tb.tickets[0]
+		if w := p.Load(); w&(ticketGone|ticketHeld) == 0 && p.CompareAndSwap(w, w|ticketHeld) {
+			return s, ticketOf(w&ticketGen, 0), true
+		}
 	}
 	if tk, ok = s.Lease(); !ok {
 		return nil, Ticket{}, false
@@ -493,7 +523,7 @@ func (t *Table[K, V]) Closed() bool { return t.hit.Load() != t.ready }
 // it is Empty. Only the insertion locks, and only key's shard.
 func (t *Table[K, V]) LoadOrInsert(key K) *Slot[K, V] {
 	h := t.Hash(key)
-	if s := t.find(h, key); s != nil && s.state.Load() != t.dead {
+	if s := t.locate(h, key); s != nil && s.state.Load() != t.dead {
 		return s
 	}
 	return t.insertSlow(key, h)

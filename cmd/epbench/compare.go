@@ -21,6 +21,7 @@ var references = map[string][]string{
 	"churn": {"syncmap"},
 	"flaky": {"mutex"},
 	"mixed": {"syncmap"},
+	"lease": {"pool"},
 	// tcpstorm is compared only with a modelled round trip (see
 	// compared): on bare loopback its times swing with the scheduler, and
 	// its fd and leak checks are what those runs are for.

@@ -100,6 +100,9 @@ Workloads:
   churn   mostly hits; -churn of the operations report the endpoint as failed
   flaky   a storm whose creations fail -failures times per peer first
   mixed   -reads of the operations are Gets, the rest Invalidates
+  lease   hold the endpoint while it is used (epcache Acquire and Release, a
+          Consul-style pool, xsync v4 with a hand-written count); -churn of
+          the operations Invalidate: released-in-use must stay 0
   tcpstorm  P peers on loopback TCP, each with its own cache and G goroutines,
           all connecting to each other at once: connections opened,
           duplicates, file descriptors before and after; -rtt adds a
@@ -109,8 +112,8 @@ Workloads:
 
 Suites (-suite):
   default  hit, storm, churn (cost none, 1% and 5%, and 5% with -ctx cancel),
-           flaky and mixed at 1,024 peers, tcpstorm at 32 with rtt 0 and 1ms
-           (about a minute and a half)
+           flaky, mixed and lease (1% invalidated) at 1,024 peers, tcpstorm
+           at 32 with rtt 0 and 1ms (about a minute and a half)
   quick    the default suite with shorter runs (about 30 s)
   full     adds zipf access, 1,000,000 peers, a heavy-tailed creation cost
            (lognormal:500us:1.5), tcpstorm at rtt 5ms and 20ms and with
@@ -155,7 +158,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Var(ctxs, "ctx", "contexts the Gets pass: background (never ends: epcache creates on the claiming goroutine), cancel (can end: epcache creates on a goroutine of its own)")
 	fs.DurationVar(&o.duration, "duration", time.Second, "how long each hit, churn and mixed run measures")
 	fs.StringVar(&o.cost, "cost", "sleep:1ms", "creation cost model: none, sleep:D, spin:D or lognormal:MEDIAN:SIGMA (storm, churn, flaky, mixed)")
-	fs.Float64Var(&o.churn, "churn", 0.01, "churn: fraction of operations that report their endpoint as failed")
+	fs.Float64Var(&o.churn, "churn", 0.01, "churn: fraction of operations that report their endpoint as failed; lease: fraction that Invalidate")
 	fs.IntVar(&o.failures, "failures", 3, "flaky: failed creation attempts per peer before the first success")
 	fs.IntVar(&o.count, "count", 1, "run every spec this many times (use 10 or more for benchstat)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the access sequences and random choices")

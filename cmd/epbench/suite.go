@@ -42,6 +42,9 @@ func (o options) specs() ([]bench.Spec, error) {
 				if !slices.Contains(o.impls, impl) {
 					continue
 				}
+				if im, _ := bench.ImplNamed(impl); s.Workload == "lease" && !im.Leases {
+					continue // holds nothing while it is used: no lease to measure
+				}
 				t := s
 				t.Impl, t.Goroutines = impl, g
 				specs = append(specs, t)
@@ -50,6 +53,17 @@ func (o options) specs() ([]bench.Spec, error) {
 	}
 	base := bench.Spec{Dist: "uniform", Duration: o.duration, Cost: o.cost, Churn: o.churn, Failures: o.failures, Seed: o.seed}
 	all := bench.ImplNames()
+	// The suites run the comparators written for the lease workload (a
+	// pool, a hand-counted map) in it alone.
+	caches, leasers := []string{}, []string{}
+	for _, im := range bench.Impls {
+		if !im.LeaseOnly {
+			caches = append(caches, im.Name)
+		}
+		if im.Leases {
+			leasers = append(leasers, im.Name)
+		}
+	}
 	d := o.duration
 	switch o.suite {
 	case "":
@@ -104,7 +118,7 @@ func (o options) specs() ([]bench.Spec, error) {
 					s := base
 					// A hit never creates: no cost model to name.
 					s.Workload, s.Keys, s.Peers, s.Dist, s.Duration, s.Cost = "hit", k, p, dist, d, "none"
-					add(s, all)
+					add(s, caches)
 				}
 			}
 		}
@@ -115,7 +129,7 @@ func (o options) specs() ([]bench.Spec, error) {
 		for _, c := range costs {
 			s := base
 			s.Workload, s.Keys, s.Peers, s.Goroutines, s.Cost = "storm", "uint64", stormPeers, 64, c
-			add(s, all)
+			add(s, caches)
 		}
 		// Churn with cheap creations, where the cost of a creation itself
 		// shows; at 5% also with a context that can end (epcache then
@@ -123,19 +137,24 @@ func (o options) specs() ([]bench.Spec, error) {
 		for _, churn := range []float64{0.01, 0.05} {
 			s := base
 			s.Workload, s.Keys, s.Peers, s.Duration, s.Cost, s.Churn = "churn", "uint64", 1024, d, "none", churn
-			add(s, all)
+			add(s, caches)
 		}
 		s := base
 		s.Workload, s.Keys, s.Peers, s.Duration, s.Cost, s.Churn, s.Ctx = "churn", "uint64", 1024, d, "none", 0.05, "cancel"
-		add(s, all)
+		add(s, caches)
 		s = base
 		s.Workload, s.Keys, s.Peers, s.Goroutines = "flaky", "uint64", stormPeers/4, 64
-		add(s, all)
+		add(s, caches)
 		for _, r := range o.reads {
 			s := base
 			s.Workload, s.Keys, s.Peers, s.Reads, s.Duration = "mixed", "uint64", 1024, r, d/2
-			add(s, all)
+			add(s, caches)
 		}
+		// Leases on hits, with an Invalidate now and then, against the
+		// pool and the hand-counted map: what a send costs beside a Get.
+		s = base
+		s.Workload, s.Keys, s.Peers, s.Duration, s.Cost, s.Churn = "lease", "uint64", 1024, d, "none", 0.01
+		add(s, leasers)
 		// Real connections, on loopback as it is and with modelled delay.
 		rtts := []time.Duration{0, time.Millisecond}
 		if o.suite == "full" {
@@ -144,13 +163,13 @@ func (o options) specs() ([]bench.Spec, error) {
 		for _, rtt := range rtts {
 			s := base
 			s.Workload, s.Keys, s.Peers, s.Goroutines, s.RTT = "tcpstorm", "uint64", 32, 8, rtt
-			add(s, all)
+			add(s, caches)
 		}
 		if o.suite == "full" {
 			for _, rtt := range []time.Duration{0, 5 * time.Millisecond} {
 				s := base
 				s.Workload, s.Keys, s.Peers, s.Goroutines, s.RTT, s.Ctx = "tcpstorm", "uint64", 32, 8, rtt, "cancel"
-				add(s, all)
+				add(s, caches)
 			}
 		}
 	case "ci":
@@ -166,13 +185,16 @@ func (o options) specs() ([]bench.Spec, error) {
 		add(s, []string{"epcache", "mutex", "xsync"})
 		s = base
 		s.Workload, s.Keys, s.Peers, s.Goroutines, s.Cost = "storm", "string", 128, 16, "sleep:100us"
-		add(s, all)
+		add(s, caches)
 		s = base
 		s.Workload, s.Keys, s.Peers, s.Duration, s.Cost, s.Churn = "churn", "uint64", 128, 100*time.Millisecond, "none", 0.05
-		add(s, all)
+		add(s, caches)
+		s = base
+		s.Workload, s.Keys, s.Peers, s.Duration, s.Cost, s.Churn = "lease", "uint64", 128, 100*time.Millisecond, "none", 0.05
+		add(s, leasers)
 		s = base
 		s.Workload, s.Keys, s.Peers, s.Goroutines = "tcpstorm", "uint64", 16, 4
-		add(s, all)
+		add(s, caches)
 		// Compared: with a modelled round trip the ratios measure how
 		// creations overlap, not the loopback's noise.
 		s.RTT = time.Millisecond

@@ -111,7 +111,7 @@ func run() error {
 	var sec bytes.Buffer
 	fmt.Fprintf(&sec, "%s\n\nMeasured by `make results` on %s. Full tables, the go test benchmarks and the exact commands: [results/README.md](results/README.md).\n\n", beginMark, firstLine(machine))
 	fmt.Fprintf(&sec, "%s\n", targets(results, direct))
-	fmt.Fprint(&sec, tables(results, "hit", "storm", "churn", "tcpstorm"))
+	fmt.Fprint(&sec, tables(results, "hit", "storm", "churn", "lease", "tcpstorm"))
 	fmt.Fprintf(&sec, "\n![hit throughput](results/epbench/throughput.svg)\n\n![storm completion](results/epbench/storm.svg)\n\n![storm latency](results/epbench/latency.svg)\n\n")
 	out := append(append(append([]byte{}, top[:b]...), sec.Bytes()...), top[e:]...)
 	return os.WriteFile(*readme, out, 0o644)
@@ -228,9 +228,10 @@ func meanCreate(impls map[string]bench.Result) string {
 	return "-"
 }
 
-// directHits returns, by "impl/keys/peers/procs", the median ns/op of
-// epcache's own BenchmarkHit (implementations called directly, no interface
-// between).
+// directHits returns the medians of ns/op of epcache's own go test
+// benchmarks (implementations called directly, no interface between):
+// BenchmarkHit by "impl/keys/peers/procs", BenchmarkLease by
+// "lease/impl/procs".
 func directHits(gobench string) map[string]float64 {
 	samples := map[string][]float64{}
 	pkg := ""
@@ -240,19 +241,27 @@ func directHits(gobench string) map[string]float64 {
 			continue
 		}
 		f := strings.Fields(line)
-		if pkg != "github.com/epcache/epcache/epcache" || len(f) < 4 || f[3] != "ns/op" || !strings.HasPrefix(f[0], "BenchmarkHit/") {
+		if pkg != "github.com/epcache/epcache/epcache" || len(f) < 4 || f[3] != "ns/op" {
 			continue
 		}
 		// BenchmarkHit/impl=epcache/keys=uint64/peers=1024-2 -> epcache/uint64/1024/2
+		// BenchmarkLease/impl=epcache-2 -> lease/epcache/2
 		name, procs := f[0], "1" // go test leaves -1 off
 		if i := strings.LastIndex(name, "-"); i > strings.LastIndex(name, "=") {
 			name, procs = name[:i], name[i+1:]
+		}
+		switch {
+		case strings.HasPrefix(name, "BenchmarkHit/"):
+			name = strings.NewReplacer("BenchmarkHit/impl=", "", "/keys=", "/", "/peers=", "/").Replace(name)
+		case strings.HasPrefix(name, "BenchmarkLease/"):
+			name = strings.Replace(name, "BenchmarkLease/impl=", "lease/", 1)
+		default:
+			continue
 		}
 		var ns float64
 		if _, err := fmt.Sscan(f[2], &ns); err != nil {
 			continue
 		}
-		name = strings.NewReplacer("BenchmarkHit/impl=", "", "/keys=", "/", "/peers=", "/").Replace(name)
 		samples[name+"/"+procs] = append(samples[name+"/"+procs], ns)
 	}
 	out := map[string]float64{}
@@ -347,17 +356,39 @@ func targets(results []bench.Result, direct map[string]float64) string {
 		row(what+"epcache ÷ array", ratio(ts, "epcache", "array"), tc.array)
 		row(what+"epcache ÷ mutex", ratio(ts, "epcache", "mutex"), tc.mutex)
 	}
-	leaks := 0
-	for _, r := range results {
-		if r.Leaked != 0 {
-			leaks++
+	// Leases (issue 11): Acquire and Release beside Get, called directly,
+	// and the lease workload beside the Consul-style pool.
+	for _, procs := range []string{"1", "2"} {
+		e, g := direct["lease/epcache/"+procs], direct["lease/epcache-get/"+procs]
+		r := 0.0
+		if e != 0 && g != 0 {
+			r = e / g
 		}
+		row("lease, uint64 keys, 1024 peers, GOMAXPROCS "+procs+" (go test): Acquire+Release ÷ Get", r, 2)
 	}
-	met := "yes"
-	if leaks > 0 {
-		met = "**no**"
+	lease := find(func(s bench.Spec) bool {
+		return s.Workload == "lease" && s.Keys == "uint64" && s.Peers == 1024 && s.Churn == 0.01
+	})
+	row("lease 1% invalidated: epcache ÷ pool", ratio(lease, "epcache", "pool"), 0.5)
+	count := func(bad func(bench.Result) bool) int {
+		n := 0
+		for _, r := range results {
+			if bad(r) {
+				n++
+			}
+		}
+		return n
 	}
-	fmt.Fprintf(&b, "| leaked = 0 in every run (%d runs) | %d runs leaked | %s |\n", len(results), leaks, met)
+	verdict := func(n int) string {
+		if n > 0 {
+			return "**no**"
+		}
+		return "yes"
+	}
+	leaks := count(func(r bench.Result) bool { return r.Leaked != 0 })
+	fmt.Fprintf(&b, "| leaked = 0 in every run (%d runs) | %d runs leaked | %s |\n", len(results), leaks, verdict(leaks))
+	inUse := count(func(r bench.Result) bool { return r.ReleasedInUse != 0 })
+	fmt.Fprintf(&b, "| released while leased = 0 in every run | %d runs did | %s |\n", inUse, verdict(inUse))
 	return b.String()
 }
 

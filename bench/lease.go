@@ -1,0 +1,23 @@
+package bench
+
+import "context"
+
+// Leaser is a Cache that can hold an endpoint while it is used, so that no
+// Invalidate or Report closes it under the use: epcache's Acquire and
+// Lease.Release, the pool's reference counts, xsync4rc's counter. The lease
+// workload runs the comparators that implement it.
+type Leaser[K comparable] interface {
+	Cache[K]
+	// Lease gets key's endpoint (creating it if there is none), holds it
+	// while use runs, then lets it go. An endpoint given up meanwhile is
+	// released once no lease holds it.
+	Lease(ctx context.Context, key K, use func(*Endpoint)) error
+}
+
+// use is what the lease workload does with a leased endpoint: it marks it in
+// use while it reads it, so that the ledger counts a release under a use.
+func use(ep *Endpoint) {
+	ep.using.Add(1)
+	_ = ep.Peer
+	ep.using.Add(-1)
+}
