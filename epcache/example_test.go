@@ -100,3 +100,72 @@ func ExampleCache_Get() {
 	// true
 	// one endpoint for all: true creates: 1
 }
+
+// A send holds a lease on its endpoint: a failure reported meanwhile, by
+// this send or any other, drops the endpoint from the cache at once (the
+// next Acquire reconnects), but it is closed only when the last send using
+// it lets go.
+func ExampleCache_Acquire() {
+	cache, _ := epcache.New(epcache.Config[int, *Endpoint]{
+		Create:  func(ctx context.Context, rank int) (*Endpoint, error) { return &Endpoint{Rank: rank}, nil },
+		Release: func(rank int, ep *Endpoint) { ep.Close() },
+	})
+	defer cache.Close()
+
+	lease, err := cache.Acquire(context.Background(), 5)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ep := lease.Value()
+	// Another sender saw the connection fail and reported it.
+	fmt.Println("dropped:", cache.CompareAndInvalidate(5, ep))
+	fmt.Println("closed under the send:", ep.closed)
+	next, _ := cache.Get(context.Background(), 5)
+	fmt.Println("the next Get reconnects:", next != ep)
+
+	lease.Release() // the send is done: the last lease closes the endpoint
+	fmt.Println("closed after the send:", ep.closed)
+	// Output:
+	// dropped: true
+	// closed under the send: false
+	// the next Get reconnects: true
+	// closed after the send: true
+}
+
+// A peer connected to us while we were connecting to it: the accepted
+// connection, offered to the cache, answers our creation in flight, and the
+// connection our Create returns anyway is released. Which one wins is what
+// reached the cache first; both sides of a transport keep the same one by a
+// tie-break of their own (see transport/tcp).
+func ExampleCache_Offer() {
+	dialing := make(chan struct{})
+	givenUp := make(chan error, 1)
+	cache, _ := epcache.New(epcache.Config[int, *Endpoint]{
+		Create: func(ctx context.Context, rank int) (*Endpoint, error) {
+			close(dialing)
+			<-ctx.Done() // a slow dial, given up once an Offer answers it
+			givenUp <- context.Cause(ctx)
+			return &Endpoint{Rank: rank}, nil
+		},
+		Release: func(rank int, ep *Endpoint) { ep.Close() },
+	})
+	defer cache.Close()
+
+	got := make(chan *Endpoint)
+	go func() {
+		ep, _ := cache.Get(context.Background(), 2)
+		got <- ep
+	}()
+	<-dialing
+	accepted := &Endpoint{Rank: 2}
+	fmt.Println("offered:", cache.Offer(2, accepted))
+	fmt.Println("the sender got the accepted connection:", <-got == accepted)
+	fmt.Println("dial given up:", errors.Is(<-givenUp, epcache.ErrOffered))
+	fmt.Println("a second offer is refused:", !cache.Offer(2, &Endpoint{Rank: 2}))
+	// Output:
+	// offered: true
+	// the sender got the accepted connection: true
+	// dial given up: true
+	// a second offer is refused: true
+}

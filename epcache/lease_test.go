@@ -461,3 +461,38 @@ func TestOfferCancelsTheCreationItAnswers(t *testing.T) {
 		assert.Same(t, v, r.c)
 	})
 }
+
+// A creation its CreateTimeout has answered, whose Create still runs, cannot
+// be answered again: Offer returns false and the offered value stays the
+// caller's. Once that Create returns (its value released as unwanted), an
+// Offer stores its value.
+func TestOfferAfterCreateTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLedger()
+		g := newGated(l) // ignores its context
+		c := newCache(t, l, nil, func(cfg *epcache.Config[int, *conn]) {
+			cfg.Create = g.create
+			cfg.CreateTimeout = time.Second
+		})
+		r := goGet(c, context.Background(), 4)
+		<-g.started
+		time.Sleep(time.Second)
+		require.ErrorIs(t, (<-r).err, context.DeadlineExceeded, "answered by the timeout")
+
+		refused := l.newConn(4)
+		assert.False(t, c.Offer(4, refused), "the creation was answered; its Create still runs")
+		l.keepBack(refused) // the caller's to close (the ledger fails a double release at the end)
+
+		g.proceed <- nil // the stuck Create returns; its value is unwanted
+		synctest.Wait()
+		accepted := l.newConn(4)
+		require.True(t, c.Offer(4, accepted), "nothing in flight any more")
+		got, err := c.Get(context.Background(), 4)
+		require.NoError(t, err)
+		assert.Same(t, accepted, got)
+		st := c.Stats()
+		assert.EqualValues(t, 1, st.Creates)
+		assert.EqualValues(t, 1, st.Releases, "the late value")
+		assert.EqualValues(t, 1, st.Offers)
+	})
+}
