@@ -304,7 +304,7 @@ func (s *Slot[K, V]) Settle(claim, failure *State[V]) bool {
 // NewFailure returns a Failed state that answers err until the given time,
 // which must not be zero.
 func NewFailure[V any](err error, until time.Time) *State[V] {
-	st, f := newFlight[V](nil)
+	st, f := newFlight[V](context.Background())
 	f.resolved.Store(true)
 	f.Finish(*new(V), err, until)
 	return st
@@ -349,7 +349,7 @@ func (s *Slot[K, V]) blockedBy() *State[V] {
 	}
 	b := f.barrier.Load()
 	if b == nil {
-		_, nb := newFlight[V](nil)
+		_, nb := newFlight[V](context.Background())
 		nb.kind = flightBarrier
 		if f.barrier.CompareAndSwap(nil, nb) {
 			b = nb

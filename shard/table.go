@@ -146,7 +146,7 @@ type group[K comparable, V any] struct {
 // K or V, for Get's pointer arithmetic: the size of a generic type is not a
 // constant. TestGroupLayout checks that the two agree.
 type groupLayout struct {
-	ctrl  atomic.Uint64
+	_     atomic.Uint64 // ctrl
 	slots [groupSlots]unsafe.Pointer
 }
 

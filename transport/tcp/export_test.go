@@ -43,7 +43,7 @@ func Decide(me, from int, inc, dropped uint64, dialing bool, held *Held) (accept
 	if stale != nil {
 		// The acceptor invalidates the stale endpoint and decides again,
 		// holding nothing.
-		accept, stale = decide(me, &h, dialing, nil)
+		accept, _ = decide(me, &h, dialing, nil)
 		return accept, true
 	}
 	return accept, false
