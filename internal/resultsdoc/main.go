@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -247,8 +248,8 @@ func directHits(gobench string) map[string]float64 {
 		// BenchmarkHit/impl=epcache/keys=uint64/peers=1024-2 -> epcache/uint64/1024/2
 		// BenchmarkLease/impl=epcache-2 -> lease/epcache/2
 		name, procs := f[0], "1" // go test leaves -1 off
-		if i := strings.LastIndex(name, "-"); i > strings.LastIndex(name, "=") {
-			name, procs = name[:i], name[i+1:]
+		if i := strings.LastIndex(name, "-"); i >= 0 && isNumber(name[i+1:]) {
+			name, procs = name[:i], name[i+1:] // not the -get of impl=epcache-get
 		}
 		switch {
 		case strings.HasPrefix(name, "BenchmarkHit/"):
@@ -270,6 +271,11 @@ func directHits(gobench string) map[string]float64 {
 		out[name] = v[len(v)/2]
 	}
 	return out
+}
+
+func isNumber(s string) bool {
+	_, err := strconv.Atoi(s)
+	return err == nil
 }
 
 // targets states the issues' targets and what this run measured for them.

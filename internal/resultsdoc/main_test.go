@@ -20,11 +20,13 @@ func TestDirectHits(t *testing.T) {
 		"BenchmarkHit/impl=xsync4/keys=string/peers=65536  100  7.5 ns/op",
 		"BenchmarkLease/impl=epcache-get-2  100  3.5 ns/op",
 		"BenchmarkLease/impl=epcache  100  15 ns/op",
+		"BenchmarkLease/impl=epcache-get  100  7 ns/op", // -cpu 1: no suffix after the impl's own dash
 		"BenchmarkOther/impl=epcache  100  1 ns/op",
 	}, "\n"))
 	want := map[string]float64{
 		"lease/epcache-get/2":        3.5,
 		"lease/epcache/1":            15,
+		"lease/epcache-get/1":        7,
 		"epcache-load/uint64/1024/2": 3.1,
 		"epcache/uint64/1024/2":      4.0, // the median of three
 		"xsync4/string/65536/1":      7.5, // -cpu 1 has no suffix
