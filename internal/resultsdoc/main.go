@@ -268,7 +268,7 @@ func directHits(gobench string) map[string]float64 {
 	out := map[string]float64{}
 	for name, v := range samples {
 		slices.Sort(v)
-		out[name] = v[len(v)/2]
+		out[name] = (v[(len(v)-1)/2] + v[len(v)/2]) / 2 // the median, as benchstat takes it
 	}
 	return out
 }
