@@ -174,35 +174,40 @@ func (o options) specs() ([]bench.Spec, error) {
 		}
 	case "ci":
 		// What -compare checks (see compare.go), and every comparator once
-		// through a small storm and churn for the leak and exactly-once checks.
+		// through a small storm, churn and tcpstorm for the leak and
+		// exactly-once checks. Each compared spec runs three times, so that
+		// its ratio is of medians: single runs of 100 ms swung by 2x now and
+		// then in fresh-clone CI runs (tcpstorm against the array, lease
+		// against the pool), past -compare's margin.
+		thrice := func(s bench.Spec, impls []string) {
+			for range 3 {
+				add(s, impls)
+			}
+		}
 		for _, k := range []string{"uint64", "string"} {
 			s := base
-			s.Workload, s.Keys, s.Peers, s.Duration, s.Cost = "hit", k, 1024, 300*time.Millisecond, "none"
-			add(s, []string{"epcache", "syncmap", "xsync4"})
+			s.Workload, s.Keys, s.Peers, s.Duration, s.Cost = "hit", k, 1024, 200*time.Millisecond, "none"
+			thrice(s, []string{"epcache", "syncmap", "xsync4"})
 		}
 		s := base
 		s.Workload, s.Keys, s.Peers, s.Goroutines, s.Cost = "storm", "uint64", 1024, 64, "sleep:1ms"
-		add(s, []string{"epcache", "mutex", "xsync"})
+		thrice(s, []string{"epcache", "mutex", "xsync"})
 		s = base
 		s.Workload, s.Keys, s.Peers, s.Goroutines, s.Cost = "storm", "string", 128, 16, "sleep:100us"
-		add(s, caches)
+		thrice(s, caches)
 		s = base
 		s.Workload, s.Keys, s.Peers, s.Duration, s.Cost, s.Churn = "churn", "uint64", 128, 100*time.Millisecond, "none", 0.05
-		add(s, caches)
+		thrice(s, caches)
 		s = base
 		s.Workload, s.Keys, s.Peers, s.Duration, s.Cost, s.Churn = "lease", "uint64", 128, 100*time.Millisecond, "none", 0.05
-		add(s, leasers)
+		thrice(s, leasers)
 		s = base
 		s.Workload, s.Keys, s.Peers, s.Goroutines = "tcpstorm", "uint64", 16, 4
 		add(s, caches)
-		// Compared: with a modelled round trip the ratios measure how
-		// creations overlap, not the loopback's noise; three times, so
-		// that the ratio is of medians (a single run swung from 0.7 to 1.4
-		// of the array's time in five fresh-clone CI runs).
+		// Compared with a modelled round trip: the ratios then measure how
+		// creations overlap, not the loopback's noise.
 		s.RTT = time.Millisecond
-		for range 3 {
-			add(s, []string{"epcache", "array", "mutex"})
-		}
+		thrice(s, []string{"epcache", "array", "mutex"})
 	}
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("nothing to run: no implementation of %v takes part in the chosen workloads", o.impls)
