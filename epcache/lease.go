@@ -78,7 +78,8 @@ func (l Lease[K, V]) release() {
 // endpoint closed under it: a send on a connection, a call through a UCX
 // endpoint. Invalidate and CompareAndInvalidate of a leased value remove it
 // from the cache at once (the next Get creates another) and report true;
-// its Release waits for the last lease to end, and Close's too.
+// Config.Release of the value then runs when its last lease ends, as it
+// does for a value Close removes (Close does not wait for leases).
 //
 // On a hit, Acquire and the Lease's Release take no lock and allocate
 // nothing, and write one cache line of the value's own (a lease is an
@@ -86,7 +87,7 @@ func (l Lease[K, V]) release() {
 // first lease allocates its lease table (once per value) and more than
 // eight leases of one value at a time allocate each.
 func (c *Cache[K, V]) Acquire(ctx context.Context, key K) (Lease[K, V], error) {
-	if s, tk, ok := c.table.Lease(key); ok { // a hit: this much inlines
+	if s, tk, ok := c.table.Lease(key); ok { // a hit
 		return Lease[K, V]{c: c, s: s, tk: tk}, nil
 	}
 	return c.acquire(ctx, key)
