@@ -30,6 +30,9 @@ type Cache[K comparable, V any] struct {
 	timeout time.Duration
 	ttl     time.Duration
 
+	room  *room[K, V] // MaxEntries; nil without
+	sweep *sweeper    // IdleTimeout; nil without
+
 	timeoutErr error         // the cause of a CreateTimeout
 	closeDone  chan struct{} // closed when the first Close returns
 
@@ -58,6 +61,12 @@ func New[K comparable, V any](cfg Config[K, V]) (*Cache[K, V], error) {
 		ttl:        cfg.ErrorTTL,
 		timeoutErr: fmt.Errorf("epcache: creation exceeded CreateTimeout of %v: %w", cfg.CreateTimeout, context.DeadlineExceeded),
 		closeDone:  make(chan struct{}),
+	}
+	if cfg.MaxEntries > 0 {
+		c.room = newRoom(cfg.MaxEntries, t)
+	}
+	if cfg.IdleTimeout > 0 {
+		c.sweep = &sweeper{every: max(cfg.IdleTimeout/shard.IdleSteps, 1)}
 	}
 	t.SetMiss(c.getSlow)
 	return c, nil
@@ -98,16 +107,24 @@ func (c *Cache[K, V]) obtain(ctx context.Context, key K, lease bool) (v V, l Lea
 	if c.table.Closed() {
 		return v, l, ErrClosed
 	}
-	if err := ctx.Err(); err != nil {
-		return v, l, err // nobody to create for
-	}
 	s := c.table.LoadOrInsert(key)
 	for {
 		st := s.State()
-		switch st.Status() {
+		status := st.Status()
+		if status != shard.Ready {
+			if err := ctx.Err(); err != nil {
+				return v, l, err // nobody to create or wait for
+			}
+		}
+		switch status {
 		case shard.Ready:
 			if c.table.Closed() {
 				return v, l, ErrClosed
+			}
+			// A value the clock hand or an idle sweep aged misses the hit
+			// path once: this use makes it young again.
+			if !c.table.Touch(s, st) {
+				continue // evicted or removed meanwhile
 			}
 			if lease {
 				tk, ok := s.Lease()
@@ -119,7 +136,11 @@ func (c *Cache[K, V]) obtain(ctx context.Context, key K, lease bool) (v V, l Lea
 			return s.Value(), l, nil
 		case shard.Creating:
 			c.stats.of(unsafe.Pointer(s)).waits.Add(1)
-			return c.wait(ctx, s, st.Flight(), false, lease)
+			v, l, err = c.wait(ctx, s, st.Flight(), false, lease)
+			if err == errNoRoomClaimer {
+				continue // its claimer left while waiting for room: claim it
+			}
+			return v, l, err
 		case shard.Failed:
 			f := st.Flight()
 			// A zero Until marks a timed-out Create still running.
@@ -146,6 +167,12 @@ func (c *Cache[K, V]) obtain(ctx context.Context, key K, lease bool) (v V, l Lea
 			// closed it; this one may have been claimed too late to be found.
 			if c.table.Closed() {
 				f.Cancel(ErrClosed)
+			}
+			if c.room != nil {
+				took, err := c.takeRoom(ctx, s, f)
+				if !took {
+					return c.noRoom(ctx, s, claim, f, lease, err)
+				}
 			}
 			if ctx.Done() == nil && c.timeout <= 0 {
 				// Nothing could answer this caller before Create returns:
@@ -175,6 +202,25 @@ func (c *Cache[K, V]) obtain(ctx context.Context, key K, lease bool) (v V, l Lea
 			}
 		}
 	}
+}
+
+// noRoom ends a claim whose creation never started: its claimer left while
+// waiting for room (err), or an Offer answered it meanwhile (err nil).
+// The waiters of the claim go round again, and one of them claims the key
+// anew and waits for room itself.
+func (c *Cache[K, V]) noRoom(ctx context.Context, s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V], lease bool, err error) (v V, l Lease[K, V], _ error) {
+	defer c.stats.of(unsafe.Pointer(s)).gate.exit()
+	if err != nil && f.TryResolve() {
+		s.Settle(claim, nil)
+		f.Finish(v, errNoRoomClaimer, time.Time{})
+	}
+	f.Cancel(context.Canceled)
+	f.MarkReturned() // no Create runs: a slot Blocked on this claim may go on
+	if err != nil {
+		return v, l, err
+	}
+	// An Offer answered the claim: its value, leased if asked.
+	return c.outcome(s, f, true, lease)
 }
 
 // wait parks until f's outcome, ctx's end or Close, whichever comes first.
@@ -230,6 +276,7 @@ func (c *Cache[K, V]) leave(s *shard.Slot[K, V], f *shard.Flight[V], claimer, le
 			st.lingering.Add(-1)
 			c.releaseQuietly(st, s.Key(), s.Value())
 		}
+		c.kick()
 	}
 }
 
@@ -284,6 +331,9 @@ func (c *Cache[K, V]) invalidate(key K, match func(V) bool) bool {
 // Release (which propagates) is still counted once.
 func (c *Cache[K, V]) releaseNow(st *stripe, key K, v V) {
 	st.releases.Add(1)
+	if c.room != nil {
+		defer c.room.put() // after Release returns, or panics
+	}
 	if c.release != nil {
 		defer func() {
 			if r := recover(); r != nil {
@@ -379,7 +429,13 @@ func (c *Cache[K, V]) Len() int {
 }
 
 // Stats returns the cache's counters; see [Stats].
-func (c *Cache[K, V]) Stats() Stats { return c.stats.sum() }
+func (c *Cache[K, V]) Stats() Stats {
+	st := c.stats.sum()
+	if c.room != nil {
+		st.Room = c.room.used.Load()
+	}
+	return st
+}
 
 // Close shuts the cache down. From its first step, Get returns ErrClosed,
 // to new callers and to callers waiting on creations, and Load finds
@@ -404,6 +460,7 @@ func (c *Cache[K, V]) Close() error {
 	}
 	defer close(c.closeDone)
 	close(c.closing)
+	c.stopSweeps()
 	// Cancel the creations in flight. One claimed after the table was
 	// closed may be missed here, but then its claimer sees the table closed
 	// and cancels it itself (getSlow).

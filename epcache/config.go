@@ -83,6 +83,33 @@ type Config[K comparable, V any] struct {
 	// (epcache's flood tests build such keys for XXH64).
 	Hash func(key K) uint64
 
+	// IdleTimeout, if positive: a value that no Get or Acquire has returned
+	// and no lease has held for about IdleTimeout is removed and released.
+	// "About": it is removed between IdleTimeout and 5/4 IdleTimeout after
+	// its last use, by a sweep that runs every IdleTimeout/4 while the
+	// cache holds values and not at all while it holds none. A leased value
+	// is never removed. Release runs on the sweep's goroutine; its panics
+	// are reported by Close.
+	IdleTimeout time.Duration
+
+	// MaxEntries, if positive, bounds at every instant the values created and
+	// not yet released plus the creations running. A Get or Acquire that
+	// needs a new value when the cache is full first evicts an unleased value
+	// (approximately the least recently used) and waits for its Release to
+	// return before Create starts; when every value is leased or being
+	// created, it waits for room until its context ends (an error wrapping
+	// ctx.Err()).
+	//
+	// Waiters for room are served in the order they began to wait. A value
+	// counts from the moment its creation takes room until its Release
+	// returns: values that left the cache but wait for their last lease
+	// count, and so do values whose Release is running. An Offer takes room
+	// only if there is some: it never evicts, and it returns false when the
+	// cache is full. With MaxEntries set, use Acquire rather than Get around
+	// a use of the value: eviction may release a value a Get returned as
+	// soon as the cache needs its room, and never one a Lease holds.
+	MaxEntries int
+
 	// Shards spreads insertions of new keys over this many independently
 	// locked shards (rounded up to a power of two, at most 65,536); 0 means
 	// 4×GOMAXPROCS. Hits never lock.
@@ -101,6 +128,10 @@ func (cfg *Config[K, V]) validate() error {
 		return fmt.Errorf("epcache: Config.CreateTimeout is %v; want 0 (none) or a positive duration", cfg.CreateTimeout)
 	case cfg.ErrorTTL < 0:
 		return fmt.Errorf("epcache: Config.ErrorTTL is %v; want 0 (failures not remembered) or a positive duration", cfg.ErrorTTL)
+	case cfg.IdleTimeout < 0:
+		return fmt.Errorf("epcache: Config.IdleTimeout is %v; want 0 (values never expire) or a positive duration", cfg.IdleTimeout)
+	case cfg.MaxEntries < 0:
+		return fmt.Errorf("epcache: Config.MaxEntries is %d; want 0 (no bound) or a positive count", cfg.MaxEntries)
 	}
 	return nil
 }

@@ -170,10 +170,13 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 			c.table.Publish(s, claim, v)
 			st.ready.Add(1)
 			f.Finish(v, nil, time.Time{})
+			c.armSweep()
+			c.kick() // a waiter for room may evict it, or another
 			return
 		}
 		st.createErrors.Add(1)
-		var zero V // a failed Create's value, if any, is not kept or handed out
+		c.putRoom() // no value: the creation's room comes back
+		var zero V  // a failed Create's value, if any, is not kept or handed out
 		// Settle the slot before waking the waiters: free, or answering
 		// the error for ErrorTTL. A failure state of its own, not the
 		// claim, is remembered: the claim's flight holds the creation's
@@ -197,6 +200,15 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 	// Released last, so that a Release that calls runtime.Goexit leaves the
 	// slot settled (and run's deferred gate exit still runs).
 	if err == nil {
-		c.releaseQuietly(st, s.Key(), v)
+		c.releaseQuietly(st, s.Key(), v) // its room comes back
+	} else {
+		c.putRoom()
+	}
+}
+
+// putRoom gives back the room of a creation that made no value.
+func (c *Cache[K, V]) putRoom() {
+	if c.room != nil {
+		c.room.put()
 	}
 }

@@ -67,8 +67,10 @@ func (l Lease[K, V]) release() {
 	if last {
 		st := l.c.stats.of(unsafe.Pointer(l.s))
 		st.lingering.Add(-1)
-		l.c.releaseNow(st, l.s.Key(), l.s.Value())
+		l.c.releaseNow(st, l.s.Key(), l.s.Value()) // its room comes back
+		return
 	}
+	l.c.kick() // an eviction that found the value leased may take it now
 }
 
 // Acquire is Get plus a lease: it returns key's value, creating it if the
@@ -136,6 +138,20 @@ func (c *Cache[K, V]) Offer(key K, v V) bool {
 	if c.table.Closed() {
 		return false
 	}
+	if c.room != nil {
+		if !c.room.tryTake() {
+			return false // full: v stays the caller's
+		}
+		if !c.offerKey(key, v) {
+			c.room.put()
+			return false
+		}
+		return true
+	}
+	return c.offerKey(key, v)
+}
+
+func (c *Cache[K, V]) offerKey(key K, v V) bool {
 	s := c.table.LoadOrInsert(key)
 	for {
 		st := s.State()
@@ -184,6 +200,7 @@ func (c *Cache[K, V]) offer(s *shard.Slot[K, V], st *shard.State[V], v V) (done,
 		stats.ready.Add(1)
 		f.Finish(v, nil, time.Time{})
 		f.Cancel(ErrOffered) // its value is no longer wanted: Create may stop
+		c.armSweep()
 		return true, true
 	}
 	// Empty, a remembered failure, or Blocked (a creation an earlier Offer
@@ -205,5 +222,6 @@ func (c *Cache[K, V]) offer(s *shard.Slot[K, V], st *shard.State[V], v V) (done,
 	stats.offers.Add(1)
 	stats.ready.Add(1)
 	f.Finish(v, nil, time.Time{})
+	c.armSweep()
 	return true, true
 }

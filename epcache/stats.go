@@ -23,8 +23,15 @@ type Stats struct {
 	Releases      uint64 // values given up: Release called, or dropped when Release is nil
 	ReleasePanics uint64 // Release calls that panicked
 	Offers        uint64 // values stored by Offer
-	Live          int64  // values created or offered and not yet released: Creates + Offers - Releases
-	Ready         int64  // values held by the cache now: what Len returns
+	Evictions     uint64 // values removed to make room under MaxEntries
+	IdleRemovals  uint64 // values removed by IdleTimeout
+	RoomWaits     uint64 // creations that had to wait for room under MaxEntries
+	// Room is the room taken under MaxEntries now: values created or
+	// offered and not yet released (their Release returned) plus creations
+	// running. It never exceeds MaxEntries; 0 when MaxEntries is not set.
+	Room  int64
+	Live  int64 // values created or offered and not yet released: Creates + Offers - Releases
+	Ready int64 // values held by the cache now: what Len returns
 	// Lingering counts values the cache has given up (Invalidate,
 	// CompareAndInvalidate, Close) whose leases have not all been released:
 	// the last Lease.Release releases each. After Close returned, a
@@ -41,9 +48,11 @@ type Stats struct {
 // adjacent-line prefetcher, as in shard.
 type stripe struct {
 	creates, createErrors, attempts, waits, cancels, errorHits, releases, releasePanics, offers atomic.Uint64
+	evictions, idleRemovals, roomWaits                                                          atomic.Uint64
 	ready, lingering                                                                            atomic.Int64
 	gate                                                                                        gate
-	_                                                                                           [128 - 88 - gateSize]byte
+	// 112 bytes of counters and the gate fill 128 bytes: no padding (a
+	// zero-length array at the end would add some). TestStripeIsPaddedTo128Bytes.
 }
 
 type stripes []stripe
@@ -83,6 +92,9 @@ func (s stripes) sum() Stats {
 		st.Releases += p.releases.Load()
 		st.ReleasePanics += p.releasePanics.Load()
 		st.Offers += p.offers.Load()
+		st.Evictions += p.evictions.Load()
+		st.IdleRemovals += p.idleRemovals.Load()
+		st.RoomWaits += p.roomWaits.Load()
 		st.Ready += p.ready.Load()
 		st.Lingering += p.lingering.Load()
 	}

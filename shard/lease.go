@@ -20,6 +20,7 @@ import (
 //
 //	bit 63: gone (the value has left the table: no new lease)
 //	bit 62: held
+//	bit 61: wanted (see Want)
 //	bits 0-57: generation, advanced by every EndLease (and wrapping)
 //
 // A lease claims a free ticket by CAS, and ends by a CAS that clears held
@@ -44,6 +45,7 @@ const leaseTickets = 8
 const (
 	ticketGone = 1 << 63
 	ticketHeld = 1 << 62
+	ticketWant = 1 << 61
 	ticketGen  = 1<<58 - 1 // a Ticket holds the generation in its top 59 bits
 	extraGone  = 1 << 62   // in leaseTable.extra, above any count
 )
@@ -172,7 +174,7 @@ func (s *Slot[K, V]) EndLease(t Ticket) (last bool, err error) {
 		if w&ticketHeld == 0 || w&ticketGen != gen {
 			return false, ErrLeaseEnded
 		}
-		if p.CompareAndSwap(w, w&ticketGone|(gen+1)&ticketGen) {
+		if p.CompareAndSwap(w, w&(ticketGone|ticketWant)|(gen+1)&ticketGen) {
 			if w&ticketGone != 0 {
 				return tb.drain.Add(-1) == 0, nil
 			}
@@ -192,6 +194,18 @@ func (s *Slot[K, V]) EndFirstLease(t Ticket) bool {
 	tb := s.leases.Load()
 	gen := t.gen()
 	return tb != nil && tb.tickets[0].CompareAndSwap(ticketHeld|gen, (gen+1)&ticketGen)
+}
+
+// Want marks s's value as wanted by an eviction that found it leased: from
+// now on no lease of it ends on EndFirstLease's one-CAS path, so that every
+// lease ends through EndLease, whose caller (which returns to its own slow
+// path too) can tell the eviction that the value may be free. It takes no
+// lock and changes nothing else.
+func (s *Slot[K, V]) Want() {
+	tb := s.leaseTable()
+	for j := range tb.tickets {
+		tb.tickets[j].Or(ticketWant)
+	}
 }
 
 // Abandon marks s's value as gone from the table: no lease is handed out

@@ -74,6 +74,7 @@ func (s Status) String() string {
 // Ready slots of a table share one Ready state; the value lives in the slot.
 type State[V any] struct {
 	flight *Flight[V] // nil exactly when the state is Ready
+	age    uint8      // of a Ready state: 0 young, else 1 + its step (age.go)
 }
 
 // Status reports which state st is. It does not block. A snapshot of a

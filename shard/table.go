@@ -83,6 +83,7 @@ type Table[K comparable, V any] struct {
 	sealed     *State[V] // the one Sealed state of this table
 	closedMark *State[V] // never a slot's state: what hit holds once closed
 	miss       func(context.Context, K) (V, error)
+	aged       [IdleSteps + 1]*State[V] // the aged Ready states (age.go)
 }
 
 type shard[K comparable, V any] struct {
@@ -298,6 +299,7 @@ func New[K comparable, V any](opt Options[K]) (*Table[K, V], error) {
 		dead:       &State[V]{flight: &Flight[V]{kind: flightDead}},
 		sealed:     &State[V]{flight: &Flight[V]{kind: flightSealed}},
 		closedMark: &State[V]{flight: &Flight[V]{kind: flightSealed}},
+		aged:       newAged[V](),
 	}
 	if opt.Hash != nil {
 		t.kind = kindCustom
@@ -467,6 +469,11 @@ func (t *Table[K, V]) getOther(ctx context.Context, key K) (v V, err error) {
 // missed answers a Get that found no Ready value.
 func (t *Table[K, V]) missed(ctx context.Context, key K) (v V, err error) {
 	if ctx == NoMiss || t.miss == nil {
+		// A lookup, which must not count as a use: an aged value is
+		// still held.
+		if s := t.locate(t.Hash(key), key); s != nil && isValue(s.state.Load()) && !t.Closed() {
+			return s.value, nil
+		}
 		return v, errMiss
 	}
 	return t.miss(ctx, key)
@@ -597,12 +604,26 @@ func (t *Table[K, V]) Invalidate(s *Slot[K, V]) (v V, ok bool) {
 // held. If match or the table's hash (Options.Hash) panics, the slot is
 // left as it was.
 func (t *Table[K, V]) InvalidateIf(s *Slot[K, V], match func(V) bool) (v V, ok bool) {
+	return t.invalidate(s, nil, match)
+}
+
+// InvalidateState is Invalidate, done only if s still holds st, a Ready
+// state (young or aged) the caller observed: eviction and idle removal,
+// which a use of the value in between (Touch) must stop.
+func (t *Table[K, V]) InvalidateState(s *Slot[K, V], st *State[V]) (v V, ok bool) {
+	if !isValue(st) {
+		return v, false
+	}
+	return t.invalidate(s, st, nil)
+}
+
+func (t *Table[K, V]) invalidate(s *Slot[K, V], want *State[V], match func(V) bool) (v V, ok bool) {
 	// Hashed before the slot changes: once it is Dead, the caller owns the
 	// value, and a panic in the caller's Hash would lose it.
 	h := t.Hash(s.key)
 	for {
 		st := s.state.Load()
-		if st != t.ready || (match != nil && !match(s.value)) {
+		if !isValue(st) || want != nil && st != want || (match != nil && !match(s.value)) {
 			return v, false
 		}
 		if s.state.CompareAndSwap(st, t.dead) {

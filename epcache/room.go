@@ -1,0 +1,202 @@
+package epcache
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/epcache/epcache/shard"
+)
+
+// room is the bound of Config.MaxEntries: a count of units, one taken by
+// each creation before its Create starts (or by an Offer) and given back
+// when its value's Release returns, or when the creation ends without a
+// value. Waiters are served in the order they came, a unit handed straight
+// to the first of them, so that a newcomer never takes the unit an
+// eviction freed for somebody who waited.
+//
+// Only creations, releases and Offers touch it: a hit never does.
+type room[K comparable, V any] struct {
+	max     int64
+	used    atomic.Int64 // units taken; written under mu
+	waiting atomic.Int64 // len(queue), for kick's check without the lock
+
+	mu    sync.Mutex
+	queue []*roomWaiter // in arrival order
+
+	handMu sync.Mutex
+	hand   *shard.Hand[K, V] // the clock hand of eviction; guarded by handMu
+}
+
+type roomWaiter struct {
+	granted chan struct{} // closed when a unit is handed to it; guarded by room.mu
+	served  bool          // guarded by room.mu
+}
+
+func newRoom[K comparable, V any](max int, t *shard.Table[K, V]) *room[K, V] {
+	return &room[K, V]{max: int64(max), hand: t.NewHand()}
+}
+
+// tryTake takes a unit if one is free and nobody waits for one.
+func (r *room[K, V]) tryTake() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.queue) == 0 && r.used.Load() < r.max {
+		r.used.Add(1)
+		return true
+	}
+	return false
+}
+
+// put gives a unit back: to the first waiter, if any.
+func (r *room[K, V]) put() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.queue) > 0 {
+		w := r.queue[0]
+		r.queue[0] = nil
+		r.queue = r.queue[1:]
+		r.waiting.Add(-1)
+		w.served = true
+		close(w.granted)
+		return
+	}
+	r.used.Add(-1)
+}
+
+// enqueue adds a waiter at the end of the line.
+func (r *room[K, V]) enqueue() *roomWaiter {
+	w := &roomWaiter{granted: make(chan struct{})}
+	r.mu.Lock()
+	r.queue = append(r.queue, w)
+	r.waiting.Add(1)
+	r.mu.Unlock()
+	return w
+}
+
+// leave takes w out of the line; if a unit was handed to it meanwhile, the
+// unit goes on to the next waiter.
+func (r *room[K, V]) leave(w *roomWaiter) {
+	r.mu.Lock()
+	if !w.served {
+		for i, q := range r.queue {
+			if q == w {
+				r.queue = append(r.queue[:i], r.queue[i+1:]...)
+				r.waiting.Add(-1)
+				break
+			}
+		}
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	r.put()
+}
+
+// errNoRoomClaimer is the outcome a claimer gives the waiters of its claim
+// when it leaves while waiting for room: the slot is Empty again, and each
+// of them goes round again (one claims it, and waits for room itself).
+var errNoRoomClaimer = fmt.Errorf("epcache: the claimer left while waiting for room")
+
+// takeRoom is a claimer's wait for room before its Create starts: a unit at
+// once if one is free, else a place in line, and an eviction for it. It
+// ends when a unit is handed over (nil), when f is answered meanwhile (an
+// Offer: nil too, and f's Done is closed, with no unit taken), or with the
+// caller's context or Close (an error). The claimer holds s's gate.
+func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], f *shard.Flight[V]) (took bool, err error) {
+	r := c.room
+	if r.tryTake() {
+		return true, nil
+	}
+	c.stats.of(unsafe.Pointer(s)).roomWaits.Add(1)
+	w := r.enqueue()
+	c.evictOne()
+	select {
+	case <-w.granted:
+		return true, nil
+	case <-f.Done():
+		r.leave(w)
+		return false, nil
+	case <-ctx.Done():
+		r.leave(w)
+		c.stats.of(unsafe.Pointer(s)).cancels.Add(1)
+		return false, fmt.Errorf("epcache: no room for key %v within MaxEntries %d: every value is leased or being created (waiting for room: %w)", s.Key(), r.max, ctx.Err())
+	case <-c.closing:
+		r.leave(w)
+		return false, ErrClosed
+	}
+}
+
+// kick evicts a value if somebody waits for room: after something that may
+// have made one evictable (a value published, a lease of a value an
+// eviction wanted ended).
+func (c *Cache[K, V]) kick() {
+	if c.room != nil && c.room.waiting.Load() > 0 {
+		c.evictOne()
+	}
+}
+
+// evictOne evicts one unleased value, approximately the least recently
+// used (CLOCK: the hand cools young values and evicts the first unleased
+// value it finds cooled), and reports whether it found one. Its Release
+// runs on a goroutine of its own, and the unit comes back when it returns.
+// A cooled value that is leased is marked wanted, so that the end of its
+// lease calls kick. The hand makes at most two laps.
+func (c *Cache[K, V]) evictOne() bool {
+	r := c.room
+	r.handMu.Lock()
+	defer r.handMu.Unlock()
+	for start := r.hand.Laps; r.hand.Laps-start <= 2; {
+		s := r.hand.Next()
+		if s == nil || c.table.Closed() {
+			return false
+		}
+		st := s.State()
+		if !c.table.Cool(s, st) {
+			continue // not a value, or used since the hand last passed
+		}
+		if s.Leased() > 0 {
+			s.Want()
+			continue
+		}
+		if c.remove(s, st, func(p *stripe) { p.evictions.Add(1) }, true) {
+			return true
+		}
+	}
+	return false
+}
+
+// remove takes s's value, found in state st, out of the cache for an
+// eviction or an idle removal, unless s changed meanwhile (a use). The
+// value is released now if no lease holds it (on a goroutine of its own
+// with async, which the gate lets Close wait for), or by its last lease.
+func (c *Cache[K, V]) remove(s *shard.Slot[K, V], st *shard.State[V], count func(*stripe), async bool) bool {
+	p := c.stats.of(unsafe.Pointer(s))
+	if !p.gate.enter() {
+		return false
+	}
+	v, ok := c.table.InvalidateState(s, st)
+	if !ok {
+		p.gate.exit()
+		return false
+	}
+	p.ready.Add(-1)
+	count(p)
+	if !s.Abandon() {
+		p.lingering.Add(1) // released by the end of its last lease
+		p.gate.exit()
+		return true
+	}
+	if async {
+		go func() {
+			defer p.gate.exit()
+			c.releaseQuietly(p, s.Key(), v)
+		}()
+		return true
+	}
+	defer p.gate.exit()
+	c.releaseQuietly(p, s.Key(), v)
+	return true
+}
