@@ -75,7 +75,10 @@ func New[K comparable, V any](cfg Config[K, V]) (*Cache[K, V], error) {
 // Get returns key's value, creating it if the cache holds none.
 //
 // A hit takes no lock, allocates nothing and writes no shared memory, and
-// does not look at ctx. On a miss, exactly one Get starts a creation and
+// does not look at ctx. (With IdleTimeout or MaxEntries set, the first hit
+// after an idle sweep or the clock hand of eviction passed the value takes
+// the slow path once and writes the slot's state, by one compare-and-swap,
+// to record the use; the hits after it write nothing.) On a miss, exactly one Get starts a creation and
 // every Get for that key that arrives before it ends waits for its outcome:
 // the value, or the error of the final attempt (which is not cached unless
 // ErrorTTL is set). Each waiting Get, the one that started the creation

@@ -35,8 +35,17 @@
 //     Close, or as soon as a creation that finished too late is known to be
 //     unwanted. Never twice, never before the value has left the cache (no
 //     Get that begins afterwards returns it), never with a lock held.
+//   - A value a [Lease] holds ([Cache.Acquire]) is never released before
+//     the lease ends, whatever removed it: Invalidate, Close, eviction or
+//     idle removal.
+//   - With [Config.MaxEntries], values alive (created, not yet released)
+//     plus creations running never exceed it: a creation that needs room
+//     evicts an unleased value (CLOCK, approximately least recently used)
+//     and waits, in line, for its Release to return. With
+//     [Config.IdleTimeout], a value unused for about that long is removed
+//     and released. Neither costs a hit on a value in use anything.
 //   - [Cache.Close] refuses new work, cancels and waits for creations in
-//     flight, and releases everything before it returns.
+//     flight, and releases everything not leased before it returns.
 //
 // The table underneath is package [github.com/epcache/epcache/shard].
 package epcache

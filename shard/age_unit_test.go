@@ -1,0 +1,105 @@
+package shard_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/epcache/epcache/shard"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The ages of a Ready value: the hit path sees only the young state; the
+// clock hand cools, a sweep ages, a use (Touch) makes young again, and a
+// removal needs the exact state it saw.
+func TestAges(t *testing.T) {
+	tb := newTable[int, int](t, shard.Options[int]{})
+	s := publish(t, tb, 1, 10)
+	hit := func() bool { _, err := tb.Get(shard.NoMiss, 1); return err == nil }
+	young := func() bool { return tb.Young(s.State()) }
+
+	require.True(t, young())
+	assert.False(t, tb.Cool(s, s.State()), "a young value is kept, once")
+	assert.False(t, young())
+	assert.Equal(t, shard.Ready, s.State().Status())
+	assert.True(t, hit(), "a lookup finds an aged value")
+	assert.True(t, tb.Cool(s, s.State()), "a cooled value is a candidate")
+
+	// A use makes it young; a removal that saw the aged state then fails.
+	aged := s.State()
+	require.True(t, tb.Touch(s, aged))
+	assert.True(t, young())
+	_, ok := tb.InvalidateState(s, aged)
+	assert.False(t, ok, "removed a value used after the hand passed")
+
+	// Idle: IdleSteps sweeps age it, the next reports it expired; a cooled
+	// value has not been idle for any sweep.
+	require.False(t, tb.Cool(s, s.State()))
+	for i := range shard.IdleSteps {
+		require.False(t, tb.Age(s, s.State()), "expired after %d sweeps", i)
+	}
+	require.True(t, tb.Age(s, s.State()))
+	v, ok := tb.InvalidateState(s, s.State())
+	require.True(t, ok)
+	assert.Equal(t, 10, v)
+	assert.Equal(t, shard.Dead, s.State().Status())
+	assert.False(t, tb.Touch(s, s.State()))
+	assert.False(t, tb.Age(s, s.State()))
+	assert.False(t, tb.Cool(s, s.State()))
+}
+
+// Age and Cool leave every other state alone.
+func TestAgesOfOtherStates(t *testing.T) {
+	tb := newTable[int, int](t, shard.Options[int]{})
+	s := tb.LoadOrInsert(1)
+	assert.False(t, tb.Age(s, s.State()))
+	assert.False(t, tb.Cool(s, s.State()))
+	assert.False(t, tb.Touch(s, s.State()))
+	claim, _, ok := s.Claim(s.State(), context.Background())
+	require.True(t, ok)
+	assert.False(t, tb.Age(s, claim))
+	assert.False(t, tb.Cool(s, claim))
+	_, ok = tb.InvalidateState(s, claim)
+	assert.False(t, ok)
+	assert.Equal(t, shard.Creating, s.State().Status())
+}
+
+// A hand's two laps see every slot of the table, across shards and
+// rebuilds, and a hand over an empty table returns nil.
+func TestHandSeesEverySlot(t *testing.T) {
+	tb := newTable[int, int](t, shard.Options[int]{Shards: 8})
+	h := tb.NewHand()
+	assert.Nil(t, h.Next())
+	const n = 1000
+	for k := range n {
+		publish(t, tb, k, k)
+	}
+	seen := map[int]bool{}
+	for start := h.Laps; h.Laps-start < 2; {
+		s := h.Next()
+		require.NotNil(t, s)
+		seen[s.Key()] = true
+	}
+	assert.Len(t, seen, n)
+}
+
+// Want sends every lease's end to the slow path, and changes nothing else.
+func TestWant(t *testing.T) {
+	_, s := readySlot(t)
+	a, ok := s.Lease()
+	require.True(t, ok)
+	s.Want()
+	assert.False(t, s.EndFirstLease(a), "a wanted value's lease ended on the fast path")
+	last, err := s.EndLease(a)
+	require.NoError(t, err)
+	assert.False(t, last)
+	assert.Zero(t, s.Leased())
+	b, ok := s.Lease()
+	require.True(t, ok)
+	assert.Equal(t, 1, s.Leased())
+	_, err = s.EndLease(b)
+	require.NoError(t, err)
+	_, err = s.EndLease(b)
+	assert.ErrorIs(t, err, shard.ErrLeaseEnded)
+	assert.True(t, s.Abandon())
+}
