@@ -17,9 +17,10 @@ type sweeper struct {
 	every time.Duration
 	armed atomic.Bool // a sweep is scheduled or running
 
-	mu     sync.Mutex
-	timer  *time.Timer // guarded by mu
-	closed bool        // guarded by mu
+	mu      sync.Mutex
+	timer   *time.Timer    // guarded by mu
+	closed  bool           // guarded by mu
+	running sync.WaitGroup // the sweep under way, which Close waits for
 }
 
 // armSweep schedules a sweep, unless one is scheduled or running: after a
@@ -47,6 +48,14 @@ func (c *Cache[K, V]) armSweep() {
 // sweeps go on.
 func (c *Cache[K, V]) sweepOnce() {
 	sw := c.sweep
+	sw.mu.Lock()
+	if sw.closed {
+		sw.mu.Unlock()
+		return
+	}
+	sw.running.Add(1)
+	sw.mu.Unlock()
+	defer sw.running.Done()
 	defer func() {
 		// Disarmed before Ready is read, so that a value published
 		// meanwhile either sees armed false and arms, or is counted here.
@@ -71,16 +80,18 @@ func (c *Cache[K, V]) sweepOnce() {
 	}
 }
 
-// stopSweeps stops the timer for good: Close's.
+// stopSweeps stops the timer for good, and waits for a sweep under way,
+// which sees the table closed at its next slot: Close's.
 func (c *Cache[K, V]) stopSweeps() {
 	sw := c.sweep
 	if sw == nil {
 		return
 	}
 	sw.mu.Lock()
-	defer sw.mu.Unlock()
 	sw.closed = true
 	if sw.timer != nil {
 		sw.timer.Stop()
 	}
+	sw.mu.Unlock()
+	sw.running.Wait()
 }

@@ -159,7 +159,10 @@ func (c *Cache[K, V]) evictOne() bool {
 		}
 		if s.Leased() > 0 {
 			s.Want()
-			continue
+			if s.Leased() > 0 {
+				continue // its last lease ends on the slow path, which kicks
+			}
+			// The last lease ended on the fast path before Want: free now.
 		}
 		if c.remove(s, st, func(p *stripe) { p.evictions.Add(1) }, true) {
 			return true
