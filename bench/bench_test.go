@@ -3,6 +3,8 @@ package bench_test
 import (
 	"context"
 	"errors"
+	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,11 +17,15 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func spec(workload, impl, keys string) bench.Spec {
-	return bench.Spec{
+	s := bench.Spec{
 		Workload: workload, Impl: impl, Keys: keys, Dist: "uniform",
 		Peers: 64, Goroutines: 8, Duration: 20 * time.Millisecond,
 		Cost: "none", Churn: 0.05, Failures: 2, Reads: 0.9, Seed: 1,
 	}
+	if workload == "hotset" {
+		s.Dist, s.Zipf, s.Cap, s.Idle = "zipf", 1.1, 16, 5*time.Millisecond
+	}
+	return s
 }
 
 // Every comparator, every workload, both key types: no leak, no double
@@ -69,7 +75,14 @@ func TestEveryComparatorIsCorrect(t *testing.T) {
 					if w == "churn" || w == "mixed" || w == "lease" {
 						assert.Positive(t, r.Invalidations)
 					}
-					assert.Zero(t, r.ReleasedInUse, "released under a lease")
+					if w == "hotset" && im.Bounded {
+						assert.LessOrEqual(t, r.PeakLive, int64(s.Cap), "never above the cap, creations included")
+					}
+					// Without a lease, an eviction may release an
+					// endpoint under its use: hotset reports it.
+					if w != "hotset" || im.Leases {
+						assert.Zero(t, r.ReleasedInUse, "released under a lease")
+					}
 				})
 			}
 		}
@@ -161,6 +174,61 @@ func TestLedgerCatchesLeaksAndOverlap(t *testing.T) {
 	assert.NoError(t, err)
 }
 
+// The peak of live endpoints: a creation counts from its start, a failed
+// one until it fails, a created one until its release; a double release
+// does not count twice; and concurrent creations are all seen.
+func TestLedgerPeakLive(t *testing.T) {
+	ctx := context.Background()
+	l := bench.NewLedger(4, bench.MustCost("none"), 0)
+	a, err := l.Create(ctx, 0)
+	require.NoError(t, err)
+	var during int64
+	_, err = l.Make(ctx, 1, func(context.Context) (io.Closer, error) {
+		during = l.Counts().PeakLive
+		return nil, errors.New("refused")
+	})
+	require.Error(t, err)
+	assert.EqualValues(t, 2, during, "a creation is live from its start")
+	b, err := l.Create(ctx, 2)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, l.Counts().PeakLive, "the failed creation is live no more")
+	l.Release(a)
+	l.Release(a) // a double release, counted as one, lowers nothing twice
+	l.Release(b)
+	var eps []*bench.Endpoint
+	for range 3 {
+		ep, err := l.Create(ctx, 3)
+		require.NoError(t, err)
+		eps = append(eps, ep)
+	}
+	assert.EqualValues(t, 3, l.Counts().PeakLive)
+	for _, ep := range eps {
+		l.Release(ep)
+	}
+
+	// n goroutines each create, then wait until all have, then release:
+	// all n are live at once, and the peak says exactly n.
+	const n = 32
+	cl := bench.NewLedger(n, bench.MustCost("none"), 0)
+	var created, done sync.WaitGroup
+	created.Add(n)
+	for i := range n {
+		done.Go(func() {
+			ep, err := cl.Create(ctx, i)
+			created.Done()
+			if !assert.NoError(t, err) {
+				return
+			}
+			created.Wait()
+			cl.Release(ep)
+		})
+	}
+	done.Wait()
+	c := cl.Counts()
+	assert.EqualValues(t, n, c.PeakLive)
+	assert.EqualValues(t, n, c.Releases)
+}
+
 func TestBadSpecs(t *testing.T) {
 	for _, tc := range []struct {
 		mutate func(*bench.Spec)
@@ -178,6 +246,10 @@ func TestBadSpecs(t *testing.T) {
 		{func(s *bench.Spec) { s.Ctx = "todo" }, `ctx "todo"`},
 		{func(s *bench.Spec) { s.RTT = -time.Millisecond }, "rtt -1ms"},
 		{func(s *bench.Spec) { s.RTT = time.Millisecond }, "only the mesh workloads"},
+		{func(s *bench.Spec) { s.Cap = 10 }, "only hotset bounds"},
+		{func(s *bench.Spec) { s.Workload, s.Dist, s.Zipf = "hotset", "zipf", 1.1 }, "cap 0"},
+		{func(s *bench.Spec) { s.Workload, s.Dist, s.Cap, s.Zipf = "hotset", "zipf", 10, 1 }, "zipf 1"},
+		{func(s *bench.Spec) { s.Workload, s.Cap, s.Idle = "hotset", 10, -time.Second }, "idle -1s"},
 	} {
 		s := spec("hit", "epcache", "uint64")
 		tc.mutate(&s)

@@ -34,6 +34,15 @@ type Env[K comparable] struct {
 	// one (Impl.Dense); nil when the keys are not dense integers.
 	Index func(K) int
 	Peers int
+	// Cap bounds the values a comparator that takes a bound may hold
+	// (epcache's MaxEntries, otter's MaximumSize, the LRU's size); 0 for
+	// none. Only the hotset workload sets it.
+	Cap int
+	// Idle is how long a value may stay unused before the comparators
+	// that remove idle values remove it: the pool's reaper and
+	// epcache-idle's IdleTimeout. 0 for never. Only the hotset workload
+	// sets it.
+	Idle time.Duration
 }
 
 // Impl describes a comparator.
@@ -43,13 +52,23 @@ type Impl struct {
 	Retries     bool // retries a failed creation itself, waiters see only the outcome
 	Dense       bool // needs dense integer keys (Env.Index)
 	Leases      bool // holds an endpoint while it is used (Leaser): runs the lease workload
-	LeaseOnly   bool // written for the lease workload: the suites run it there alone
-	About       string
+	// Evicts: removes values on its own, by a bound (Env.Cap) or an idle
+	// reaper (Env.Idle): the suites run it in the hotset workload.
+	Evicts bool
+	// Bounded: never holds more than Env.Cap endpoints, creations
+	// included, so that a hotset run whose peak live is above the cap is a
+	// failure. The others' overshoot is reported, not judged.
+	Bounded bool
+	// Only, if set, names the workloads the suites run it in: those it was
+	// written for. A custom run (-workload) runs it wherever it can run.
+	Only  []string
+	About string
 }
 
 // Impls lists the comparators, in the order tables show them.
 var Impls = []Impl{
-	{Name: "epcache", ExactlyOnce: true, Retries: true, Leases: true, About: "epcache.Cache: CAS-claimed slot, waiters on a channel"},
+	{Name: "epcache", ExactlyOnce: true, Retries: true, Leases: true, Evicts: true, Bounded: true, About: "epcache.Cache: CAS-claimed slot, waiters on a channel"},
+	{Name: "epcache-idle", ExactlyOnce: true, Retries: true, Leases: true, Evicts: true, Bounded: true, Only: []string{"hotset"}, About: "epcache with IdleTimeout = Env.Idle besides MaxEntries = Env.Cap"},
 	{Name: "xsync4", ExactlyOnce: true, About: "xsync/v4 Map.LoadOrCompute: bucket lock held while creating"},
 	{Name: "xsync", ExactlyOnce: true, About: "xsync/v3 MapOf.LoadOrTryCompute: bucket lock held while creating"},
 	{Name: "syncmap", About: "sync.Map Load, create, LoadOrStore; the loser is released"},
@@ -57,8 +76,13 @@ var Impls = []Impl{
 	{Name: "mutex", ExactlyOnce: true, About: "map behind one sync.Mutex, creation under the lock"},
 	{Name: "rwmutex", ExactlyOnce: true, About: "RLock fast path; Lock, double-check, create under the lock"},
 	{Name: "array", ExactlyOnce: true, Dense: true, About: "dense slice of atomic pointers, CAS claim: the floor"},
-	{Name: "pool", ExactlyOnce: true, Leases: true, LeaseOnly: true, About: "Consul/Nomad-style pool: map and reference counts behind one mutex, dials coalesced"},
-	{Name: "xsync4rc", ExactlyOnce: true, Leases: true, LeaseOnly: true, About: "xsync/v4 Map of reference-counted entries: a hand-written lease"},
+	// otter coalesces the loads of a key, but an Invalidate that comes
+	// while the key loads discards the load, which is made again: a
+	// duplicate endpoint, by design (the load may have read stale data).
+	{Name: "otter", Evicts: true, Only: []string{"hotset"}, About: "otter/v2 Cache.Get with a Loader; MaximumSize = cap; OnDeletion releases"},
+	{Name: "lru", Evicts: true, Only: []string{"hotset"}, About: "golang-lru/v2 simplelru behind one mutex, creation outside it; eviction releases"},
+	{Name: "pool", ExactlyOnce: true, Leases: true, Evicts: true, Only: []string{"lease", "hotset"}, About: "Consul/Nomad-style pool: map and reference counts behind one mutex, dials coalesced, idle connections reaped"},
+	{Name: "xsync4rc", ExactlyOnce: true, Leases: true, Only: []string{"lease"}, About: "xsync/v4 Map of reference-counted entries: a hand-written lease"},
 }
 
 // ImplNamed returns the comparator called name.
@@ -88,7 +112,9 @@ var ErrUnsupported = errors.New("bench: implementation does not support these ke
 func New[K comparable](name string, env Env[K]) (Cache[K], error) {
 	switch name {
 	case "epcache":
-		return newEpcache(env)
+		return newEpcache(env, false)
+	case "epcache-idle":
+		return newEpcache(env, true)
 	case "xsync4":
 		return newXsync4(env), nil
 	case "xsync":
@@ -110,6 +136,10 @@ func New[K comparable](name string, env Env[K]) (Cache[K], error) {
 		return newPool(env), nil
 	case "xsync4rc":
 		return newXsync4rc(env), nil
+	case "otter":
+		return newOtter(env)
+	case "lru":
+		return newLRU(env)
 	}
 	_, err := ImplNamed(name)
 	return nil, err

@@ -20,9 +20,15 @@
 // and reference counts behind one mutex, first dials coalesced through
 // channels, a connection given up in use closed by its last user), and
 // xsync4rc (xsync/v4's Map of entries with a hand-written reference count
-// and gone bit, released by whoever claims the release by CAS). Every
-// comparator releases what it gives up, duplicates included, so that a leak
-// is a bug in a comparator, never a choice.
+// and gone bit, released by whoever claims the release by CAS). Three more
+// are written for the hotset workload, beside epcache under MaxEntries and
+// the pool, whose reaper closes connections unused for Spec.Idle as
+// Consul's does: epcache-idle (epcache with IdleTimeout too), otter
+// (otter/v2's Cache.Get with a Loader, MaximumSize, and an OnDeletion
+// handler that releases) and lru (hashicorp/golang-lru/v2's LRU behind one
+// mutex, creating outside it, releasing what it evicts). Every comparator
+// releases what it gives up, duplicates included, so that a leak is a bug
+// in a comparator, never a choice.
 //
 // # Workloads
 //
@@ -51,6 +57,25 @@
 //     release that comes during one (released in use: what leases exist to
 //     prevent). Comparators that hold nothing while a value is used do not
 //     run it.
+//   - hotset: a hot set under a cap. G goroutines (64) each take peers
+//     drawn by Zipf (Spec.Zipf, s = 1.01 in the suites) from P (100,000),
+//     get the endpoint (a lease where the comparator has one, a Get
+//     otherwise), use it briefly (marked in use around one yield of the
+//     processor) and let it go; creations cost sleep:100us. Spec.Cap (1,000)
+//     bounds epcache (MaxEntries), otter (MaximumSize) and the LRU; the
+//     pool has no cap, only its reaper. Each goroutine draws its own
+//     sequence, with a math/rand/v2 generator of its own, before any clock
+//     starts; ten operations per endpoint of the cap are made at no cost
+//     before the measured phase, in which every operation is timed. Reports
+//     the hit ratio (1 − creations/operations, over the measured phase),
+//     the peak of live endpoints over the whole run (an endpoint is live
+//     from the start of its creation until its release returns) and its
+//     overshoot past the cap, and the releases that came under a use. A
+//     comparator that promises the bound (epcache) fails the run above it;
+//     one that leases fails it on a release under a use; the others'
+//     overshoot and releases under a use are reported as what they are.
+//     Duplicates are not counted: every eviction entitles its peer to a
+//     new creation.
 //   - tcpstorm (and ucxstorm, with -tags ucx): P peers, each with its own
 //     comparator and G goroutines, all connecting to each other at once over
 //     real loopback connections (UCX endpoints). Spec.RTT models network
@@ -77,12 +102,15 @@
 // # What is measured
 //
 // ops/s, ns/op, Get latency p50/p99/p999/max (HdrHistogram; in the steady
-// workloads one Get in 64 is timed), allocs/op, bytes per entry, creates,
-// duplicates, releases, leaked (creates − releases after Close), overlap
-// (the most creations of one peer in flight at once; above 1 breaks
-// exactly-once), concurrency (the most creations in flight at once, all
-// peers together; 1 for a comparator that serialises them) and released in
-// use. Duplicates are counted per peer: creations beyond the first and
+// workloads one Get in 64 is timed, in hotset every operation), allocs/op,
+// bytes per entry, creates, duplicates, releases, leaked (creates −
+// releases after Close), overlap (the most creations of one peer in flight
+// at once; above 1 breaks exactly-once), concurrency (the most creations in
+// flight at once, all peers together; 1 for a comparator that serialises
+// them), peak live (the most endpoints being created or not yet released at
+// once, exact: an atomic maximum), released in use and, in hotset, the hit
+// ratio. Duplicates are counted per peer: creations beyond the first and
 // beyond one for each time the workload invalidated the peer on purpose. A
-// run that leaks, releases twice or releases under a use is a failure.
+// run that leaks, releases twice, releases under a lease, or holds more than
+// the cap it promises is a failure.
 package bench

@@ -10,12 +10,20 @@ type epcacheCache[K comparable] struct {
 	c *epcache.Cache[K, *Endpoint]
 }
 
-func newEpcache[K comparable](env Env[K]) (Cache[K], error) {
-	c, err := epcache.New(epcache.Config[K, *Endpoint]{
-		Create:  env.Create,
-		Release: env.Release,
-		Retry:   env.Retry,
-	})
+// newEpcache bounds the cache by Env.Cap (MaxEntries); with idle (the
+// epcache-idle comparator), values unused for Env.Idle are removed as well
+// (IdleTimeout).
+func newEpcache[K comparable](env Env[K], idle bool) (Cache[K], error) {
+	cfg := epcache.Config[K, *Endpoint]{
+		Create:     env.Create,
+		Release:    env.Release,
+		Retry:      env.Retry,
+		MaxEntries: env.Cap,
+	}
+	if idle {
+		cfg.IdleTimeout = env.Idle
+	}
+	c, err := epcache.New(cfg)
 	if err != nil {
 		return nil, err
 	}

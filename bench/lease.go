@@ -1,6 +1,9 @@
 package bench
 
-import "context"
+import (
+	"context"
+	"runtime"
+)
 
 // Leaser is a Cache that can hold an endpoint while it is used, so that no
 // Invalidate or Report closes it under the use: epcache's Acquire and
@@ -18,6 +21,17 @@ type Leaser[K comparable] interface {
 // use while it reads it, so that the ledger counts a release under a use.
 func use(ep *Endpoint) {
 	ep.using.Add(1)
+	_ = ep.Peer
+	ep.using.Add(-1)
+}
+
+// useBriefly is the hotset workload's use: use's marks around one yield of
+// the processor, as a send whose write blocks for a moment yields it. A
+// release that another goroutine makes meanwhile (an eviction, a
+// deletion handler) is counted by the ledger as a release in use.
+func useBriefly(ep *Endpoint) {
+	ep.using.Add(1)
+	runtime.Gosched()
 	_ = ep.Peer
 	ep.using.Add(-1)
 }

@@ -45,6 +45,8 @@ type Ledger struct {
 	overlap        atomic.Int32
 	running        atomic.Int32 // creations in flight now, all peers
 	concurrency    atomic.Int32 // the most creations in flight at once, all peers
+	live           atomic.Int64 // endpoints being created, or created and not yet released
+	peakLive       atomic.Int64 // the most live at once
 	createNanos    atomic.Int64
 	free           atomic.Bool // creations cost nothing (while a workload fills the cache)
 }
@@ -85,6 +87,10 @@ func (l *Ledger) Make(ctx context.Context, peer int, open func(context.Context) 
 }
 
 func (l *Ledger) make(ctx context.Context, peer int, open func(context.Context) (io.Closer, error)) (*Endpoint, error) {
+	// An endpoint is live from the moment its creation starts (it may
+	// hold a socket, a handshake, memory) until its release returns, or
+	// until the creation fails.
+	raiseTo64(&l.peakLive, l.live.Add(1))
 	n := l.inflight[peer].Add(1)
 	defer l.inflight[peer].Add(-1)
 	raiseTo(&l.overlap, n)
@@ -95,6 +101,7 @@ func (l *Ledger) make(ctx context.Context, peer int, open func(context.Context) 
 	res, err := open(ctx)
 	l.createNanos.Add(int64(time.Since(start)))
 	if err != nil {
+		l.live.Add(-1)
 		return nil, err
 	}
 	// A failing attempt pays its cost first, as a lookup that finds nothing does.
@@ -102,6 +109,7 @@ func (l *Ledger) make(ctx context.Context, peer int, open func(context.Context) 
 		if res != nil {
 			res.Close()
 		}
+		l.live.Add(-1)
 		return nil, fmt.Errorf("peer %d: %w", peer, ErrNotPublished)
 	}
 	l.made[peer].Add(1)
@@ -111,6 +119,18 @@ func (l *Ledger) make(ctx context.Context, peer int, open func(context.Context) 
 
 // raiseTo raises m to n if n is larger.
 func raiseTo(m *atomic.Int32, n int32) {
+	for {
+		o := m.Load()
+		if n <= o || m.CompareAndSwap(o, n) {
+			return
+		}
+	}
+}
+
+// raiseTo64 is raiseTo for an Int64. The maximum is exact: every value the
+// counter takes is offered by the goroutine that made it, and the CAS loop
+// loses none of them.
+func raiseTo64(m *atomic.Int64, n int64) {
 	for {
 		o := m.Load()
 		if n <= o || m.CompareAndSwap(o, n) {
@@ -136,6 +156,7 @@ func (l *Ledger) Release(ep *Endpoint) {
 		}
 	}
 	l.releases.Add(1)
+	l.live.Add(-1)
 }
 
 // SetFree makes creations cost nothing while free is true: a workload fills
@@ -160,6 +181,10 @@ type Counts struct {
 	Overlap        int           // most creations of one peer in flight at once
 	Concurrency    int           // most creations in flight at once, all peers together
 	MeanCreate     time.Duration // measured mean cost of an attempt
+	// PeakLive is the most endpoints live at once, all peers together: an
+	// endpoint is live from the start of its creation until its release
+	// returns, or until the creation fails.
+	PeakLive int64
 }
 
 // Counts returns the ledger's counters.
@@ -173,6 +198,7 @@ func (l *Ledger) Counts() Counts {
 		ReleasedInUse:  l.releasedInUse.Load(),
 		Overlap:        int(l.overlap.Load()),
 		Concurrency:    int(l.concurrency.Load()),
+		PeakLive:       l.peakLive.Load(),
 	}
 	for i := range l.made {
 		made := l.made[i].Load()

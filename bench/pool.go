@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // poolCache is a connection pool the way Consul's and Nomad's are written
@@ -11,21 +12,61 @@ import (
 // (markForUse, releaseConn), a connection given up while in use closed by
 // its last user (shouldClose), and first dials coalesced through a map of
 // channels (limiter) so that one goroutine dials and the others wait.
+//
+// With Env.Idle set (the hotset workload), a reaper goroutine closes, under
+// the mutex as Consul's reap does, every connection unused for Idle and
+// held by nobody, looking every Idle/4 (Consul looks every second, for
+// connections unused for its MaxTime, minutes). That is the pool's only
+// bound: it has no cap, so it holds whatever was used within the last Idle
+// to 5/4·Idle, and creations besides.
 type poolCache[K comparable] struct {
 	env     Env[K]
 	mu      sync.Mutex
 	conns   map[K]*poolConn
 	limiter map[K]chan struct{}
+	reaping bool          // a reaper runs: markForUse stamps lastUsed
+	stop    chan struct{} // closed by Close: the reaper returns
+	reaped  sync.WaitGroup
 }
 
 type poolConn struct {
 	ep          *Endpoint
 	refCount    int
 	shouldClose bool
+	lastUsed    time.Time // stamped only while a reaper runs
 }
 
 func newPool[K comparable](env Env[K]) *poolCache[K] {
-	return &poolCache[K]{env: env, conns: map[K]*poolConn{}, limiter: map[K]chan struct{}{}}
+	c := &poolCache[K]{env: env, conns: map[K]*poolConn{}, limiter: map[K]chan struct{}{}}
+	if env.Idle > 0 {
+		c.reaping, c.stop = true, make(chan struct{})
+		c.reaped.Go(c.reap)
+	}
+	return c
+}
+
+// reap is Consul's reaper: every interval, close the connections that
+// nobody holds and nobody has used for Idle.
+func (c *poolCache[K]) reap() {
+	t := time.NewTicker(max(c.env.Idle/4, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		now := time.Now()
+		for key, pc := range c.conns {
+			if now.Sub(pc.lastUsed) < c.env.Idle || pc.refCount > 0 {
+				continue
+			}
+			delete(c.conns, key)
+			c.env.Release(key, pc.ep)
+		}
+		c.mu.Unlock()
+	}
 }
 
 // acquire returns key's connection with its count raised, dialing it first
@@ -35,6 +76,9 @@ func (c *poolCache[K]) acquire(ctx context.Context, key K) (*poolConn, error) {
 		c.mu.Lock()
 		if pc, ok := c.conns[key]; ok {
 			pc.refCount++ // markForUse
+			if c.reaping {
+				pc.lastUsed = time.Now()
+			}
 			c.mu.Unlock()
 			return pc, nil
 		}
@@ -60,6 +104,9 @@ func (c *poolCache[K]) acquire(ctx context.Context, key K) (*poolConn, error) {
 			return nil, err
 		}
 		pc := &poolConn{ep: ep, refCount: 1}
+		if c.reaping {
+			pc.lastUsed = time.Now()
+		}
 		c.conns[key] = pc
 		c.mu.Unlock()
 		return pc, nil
@@ -126,6 +173,10 @@ func (c *poolCache[K]) Invalidate(key K) bool {
 }
 
 func (c *poolCache[K]) Close() error {
+	if c.reaping {
+		close(c.stop)
+		c.reaped.Wait()
+	}
 	c.mu.Lock()
 	var keys []K
 	for k := range c.conns {

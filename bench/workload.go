@@ -17,14 +17,14 @@ import (
 )
 
 // Workloads lists the workloads Run knows, in the order tables show them.
-var Workloads = []string{"hit", "storm", "churn", "flaky", "mixed", "lease", "tcpstorm"}
+var Workloads = []string{"hit", "storm", "churn", "flaky", "mixed", "lease", "hotset", "tcpstorm"}
 
 // Spec is one run: one workload, one comparator, one configuration.
 type Spec struct {
 	Workload   string        `json:"workload"`
 	Impl       string        `json:"impl"`
 	Keys       string        `json:"keys"`            // uint64 or string
-	Dist       string        `json:"dist,omitempty"`  // uniform or zipf: hit, churn, mixed
+	Dist       string        `json:"dist,omitempty"`  // uniform or zipf: hit, churn, mixed, hotset
 	Peers      int           `json:"peers"`           // P
 	Goroutines int           `json:"goroutines"`      // G
 	Procs      int           `json:"procs"`           // GOMAXPROCS during the run; 0 leaves it
@@ -45,7 +45,19 @@ type Spec struct {
 	// concurrent creation cannot help a creation that is pure CPU; real
 	// networks add tens of µs to a millisecond inside a data centre and tens
 	// of ms across regions. A model, not a measurement: the wait is a timer.
-	RTT  time.Duration `json:"rtt_ns,omitempty"`
+	RTT time.Duration `json:"rtt_ns,omitempty"`
+	// Cap (hotset) bounds the endpoints a comparator may hold, creations
+	// included: epcache's MaxEntries, otter's MaximumSize, the LRU's size.
+	// The pool takes no bound.
+	Cap int `json:"cap,omitempty"`
+	// Zipf (hotset, with Dist "zipf") is the exponent s of the access
+	// distribution: peer k is drawn with a probability proportional to
+	// (1+k)^-s. Go's Zipf takes s > 1.
+	Zipf float64 `json:"zipf,omitempty"`
+	// Idle (hotset) is how long an endpoint may stay unused before the
+	// comparators that remove idle endpoints remove it: the pool's reaper
+	// (its only bound) and epcache-idle (IdleTimeout). 0: neither does.
+	Idle time.Duration `json:"idle_ns,omitempty"`
 	Seed uint64        `json:"seed"`
 }
 
@@ -86,10 +98,22 @@ type Result struct {
 	// workload (tcpstorm) started its peers and after it closed everything.
 	FDsBefore int `json:"fds_before,omitempty"`
 	FDsAfter  int `json:"fds_after,omitempty"`
+	// HitRatio (hotset) is the share of the measured operations that
+	// created nothing: 1 − creations/operations, with every creation the
+	// measured phase made counted, duplicates and reloads included.
+	HitRatio float64 `json:"hit_ratio,omitempty"`
+	// PeakLive is the most endpoints live at once over the whole run, all
+	// peers together: an endpoint is live from the start of its creation
+	// until its release returns (see Overshoot).
+	PeakLive int64 `json:"peak_live"`
 	// Failure says why the run is a failure: a leak, a double release, a
 	// wrong answer, or a broken exactly-once promise. Empty when it is not.
 	Failure string `json:"failure,omitempty"`
 }
+
+// Overshoot is how far the run's peak of live endpoints went above its cap
+// (hotset): negative when it stayed below.
+func (r Result) Overshoot() int64 { return r.PeakLive - int64(r.Cap) }
 
 // Quantile is one point of a latency distribution.
 type Quantile struct {
@@ -108,15 +132,24 @@ func (s Spec) Name() string {
 	if !s.IsStorm() {
 		add("dist", s.Dist)
 	}
+	if s.Workload == "hotset" && s.Dist == "zipf" {
+		add("s", strconv.FormatFloat(s.Zipf, 'g', -1, 64))
+	}
 	add("peers", strconv.Itoa(s.Peers))
 	add("goroutines", strconv.Itoa(s.Goroutines))
+	if s.Workload == "hotset" {
+		add("cap", strconv.Itoa(s.Cap))
+		if s.Idle > 0 {
+			add("idle", s.Idle.String())
+		}
+	}
 	if s.IsMesh() {
 		add("rtt", s.RTT.String())
 	}
 	if s.Ctx == "cancel" {
 		add("ctx", s.Ctx)
 	}
-	if s.Workload == "storm" || s.Workload == "flaky" {
+	if s.Workload == "storm" || s.Workload == "flaky" || s.Workload == "hotset" {
 		add("cost", s.Cost)
 	}
 	switch s.Workload {
@@ -170,7 +203,7 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("bench: goroutines %d; want 1 to 65536", s.Goroutines)
 	case s.Procs < 0:
 		return fmt.Errorf("bench: procs %d; want 0 (leave GOMAXPROCS) or more", s.Procs)
-	case s.Duration <= 0 && (s.Workload == "hit" || s.Workload == "churn" || s.Workload == "mixed" || s.Workload == "lease"):
+	case s.Duration <= 0 && (s.Workload == "hit" || s.Workload == "churn" || s.Workload == "mixed" || s.Workload == "lease" || s.Workload == "hotset"):
 		return fmt.Errorf("bench: duration %v; want a positive duration for %s", s.Duration, s.Workload)
 	case s.Churn < 0 || s.Churn > 1:
 		return fmt.Errorf("bench: churn %v; want a fraction from 0 to 1", s.Churn)
@@ -184,6 +217,14 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("bench: rtt %v; want 0 (loopback as it is) or a positive duration", s.RTT)
 	case s.RTT > 0 && !s.IsMesh():
 		return fmt.Errorf("bench: rtt %v for %s; only the mesh workloads (tcpstorm, ucxstorm) model network delay", s.RTT, s.Workload)
+	case s.Workload != "hotset" && (s.Cap != 0 || s.Zipf != 0 || s.Idle != 0):
+		return fmt.Errorf("bench: cap %d, zipf %v, idle %v for %s; only hotset bounds the cache", s.Cap, s.Zipf, s.Idle, s.Workload)
+	case s.Workload == "hotset" && s.Cap < 1:
+		return fmt.Errorf("bench: cap %d; hotset wants a positive bound", s.Cap)
+	case s.Workload == "hotset" && s.Dist == "zipf" && !(s.Zipf > 1 && s.Zipf < 100):
+		return fmt.Errorf("bench: zipf %v; want an exponent above 1 (and below 100)", s.Zipf)
+	case s.Idle < 0:
+		return fmt.Errorf("bench: idle %v; want 0 (never) or a positive duration", s.Idle)
 	}
 	if _, err := ParseCost(s.Cost); err != nil {
 		return err
@@ -226,6 +267,8 @@ func run[K comparable](ctx context.Context, s Spec, ks keySet[K], dense bool) (R
 		Create:  func(ctx context.Context, k K) (*Endpoint, error) { return l.Create(ctx, ks.peer(k)) },
 		Release: func(_ K, ep *Endpoint) { l.Release(ep) },
 		Peers:   s.Peers,
+		Cap:     s.Cap,
+		Idle:    s.Idle,
 	}
 	if dense {
 		env.Index = ks.peer
@@ -264,6 +307,8 @@ func run[K comparable](ctx context.Context, s Spec, ks keySet[K], dense bool) (R
 	switch s.Workload {
 	case "storm", "flaky":
 		ph = storm(ctx, s, c, ks, !im.Retries)
+	case "hotset":
+		ph = hotset(ctx, s, c, ks, l)
 	default:
 		fill(ctx, c, ks, s.Goroutines, l)
 		if s.Workload == "hit" {
@@ -310,6 +355,13 @@ func finish(r Result, ph phase, l *Ledger, im Impl, closeErr error) Result {
 	r.Creates, r.Attempts, r.Distinct, r.Releases = counts.Creates, counts.Attempts, counts.Distinct, counts.Releases
 	r.DoubleReleases, r.Overlap, r.MeanCreate = counts.DoubleReleases, counts.Overlap, counts.MeanCreate
 	r.Duplicates, r.Concurrency, r.ReleasedInUse = counts.Duplicates, counts.Concurrency, counts.ReleasedInUse
+	r.PeakLive = counts.PeakLive
+	if r.Workload == "hotset" {
+		// Every eviction entitles its peer to a new creation, and the
+		// ledger does not see evictions: overlap is the exactly-once check
+		// here.
+		r.Duplicates = 0
+	}
 	r.Leaked = int64(r.Creates) - int64(r.Releases)
 	r.Failure = failure(r, im, closeErr)
 	return r
@@ -323,8 +375,14 @@ func failure(r Result, im Impl, closeErr error) string {
 	if r.DoubleReleases != 0 {
 		why = append(why, fmt.Sprintf("released %d endpoints twice", r.DoubleReleases))
 	}
-	if r.ReleasedInUse != 0 {
+	// A comparator without leases (otter, the LRU) may release an endpoint
+	// its caller still uses: the hotset workload reports how often, as
+	// the finding it is, not as a failure of the run.
+	if r.ReleasedInUse != 0 && im.Leases {
 		why = append(why, fmt.Sprintf("released %d endpoints while a lease used them", r.ReleasedInUse))
+	}
+	if im.Bounded && r.Workload == "hotset" && r.PeakLive > int64(r.Cap) {
+		why = append(why, fmt.Sprintf("peak live %d above the cap %d", r.PeakLive, r.Cap))
 	}
 	if r.Errors != 0 {
 		why = append(why, fmt.Sprintf("%d Gets failed or returned another peer's endpoint", r.Errors))
@@ -362,11 +420,12 @@ type phase struct {
 	allocs                     uint64
 	hist                       *hdrhistogram.Histogram
 	sampling                   int
+	hitRatio                   float64 // hotset
 }
 
 func (ph phase) fill(r *Result) {
 	r.Ops, r.Errors, r.Invalidations = ph.ops, ph.errors, ph.invalidations
-	r.Elapsed, r.Completion, r.Sampling = ph.elapsed, ph.completion, ph.sampling
+	r.Elapsed, r.Completion, r.Sampling, r.HitRatio = ph.elapsed, ph.completion, ph.sampling, ph.hitRatio
 	if ph.elapsed > 0 {
 		r.OpsPerSec = float64(ph.ops) / ph.elapsed.Seconds()
 	}

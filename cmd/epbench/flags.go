@@ -103,6 +103,11 @@ Workloads:
   lease   hold the endpoint while it is used (epcache Acquire and Release, a
           Consul-style pool, xsync v4 with a hand-written count); -churn of
           the operations Invalidate: released-in-use must stay 0
+  hotset  G goroutines (64) lease, use briefly and let go of peers drawn by
+          Zipf (-zipf) from 100,000, under a cap (-cap 1000), creations
+          costing sleep:100us unless -cost says otherwise: hit ratio, peak
+          live endpoints and overshoot past the cap, releases under a use;
+          epcache against otter, golang-lru and a pool with a reaper (-idle)
   tcpstorm  P peers on loopback TCP, each with its own cache and G goroutines,
           all connecting to each other at once: connections opened,
           duplicates, file descriptors before and after; -rtt adds a
@@ -112,8 +117,9 @@ Workloads:
 
 Suites (-suite):
   default  hit, storm, churn (cost none, 1% and 5%, and 5% with -ctx cancel),
-           flaky, mixed and lease (1% invalidated) at 1,024 peers, tcpstorm
-           at 32 with rtt 0 and 1ms (about a minute and a half)
+           flaky, mixed and lease (1% invalidated) at 1,024 peers, hotset
+           (cap 1,000 of 100,000 peers), tcpstorm at 32 with rtt 0 and 1ms
+           (about a minute and a half)
   quick    the default suite with shorter runs (about 30 s)
   full     adds zipf access, 1,000,000 peers, a heavy-tailed creation cost
            (lognormal:500us:1.5), tcpstorm at rtt 5ms and 20ms and with
@@ -145,19 +151,23 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	reads := &listFlag[float64]{vals: []float64{1, 0.99, 0.9}, parse: fraction("-reads")}
 	rtts := &listFlag[time.Duration]{vals: []time.Duration{0}, parse: nonNegativeDuration("-rtt")}
 	ctxs := &listFlag[string]{vals: []string{"background"}, parse: oneOf("-ctx", "background", "cancel")}
+	caps := &listFlag[int]{vals: []int{hotsetCap}, parse: positiveInt("-cap")}
 	fs.StringVar(&o.suite, "suite", "default", "the suite to run when no workload or size flag is given: default, quick, full or ci")
 	fs.Var(impls, "impl", "implementations to run: "+strings.Join(bench.ImplNames(), ", "))
 	fs.Var(workloads, "workload", "workloads to run: "+strings.Join(bench.Workloads, ", "))
 	fs.Var(keys, "keys", "key types: uint64, string (array runs only with uint64)")
-	fs.Var(dists, "dist", "access distributions for hit, churn and mixed: uniform, zipf")
-	fs.Var(peers, "peers", "numbers of peers P")
-	fs.Var(goroutines, "goroutines", "numbers of goroutines G (default: GOMAXPROCS for hit, churn and mixed; 64 for storm and flaky; 8 per peer for tcpstorm)")
+	fs.Var(dists, "dist", "access distributions for hit, churn and mixed, and hotset (which takes zipf unless this is given): uniform, zipf")
+	fs.Var(peers, "peers", "numbers of peers P (hotset takes 100000 unless this is given)")
+	fs.Var(goroutines, "goroutines", "numbers of goroutines G (default: GOMAXPROCS for hit, churn and mixed; 64 for storm, flaky and hotset; 8 per peer for tcpstorm)")
 	fs.Var(procs, "procs", "GOMAXPROCS values to run under, such as 1,2,4,8,16 for a scaling sweep")
 	fs.Var(reads, "reads", "mixed: read ratios, as fractions or percentages")
 	fs.Var(rtts, "rtt", "tcpstorm, ucxstorm: modelled network delay, paid once per round trip of an endpoint's setup (a timer, not a measurement), such as 0,1ms,5ms")
 	fs.Var(ctxs, "ctx", "contexts the Gets pass: background (never ends: epcache creates on the claiming goroutine), cancel (can end: epcache creates on a goroutine of its own)")
-	fs.DurationVar(&o.duration, "duration", time.Second, "how long each hit, churn and mixed run measures")
-	fs.StringVar(&o.cost, "cost", "sleep:1ms", "creation cost model: none, sleep:D, spin:D or lognormal:MEDIAN:SIGMA (storm, churn, flaky, mixed)")
+	fs.Var(caps, "cap", "hotset: bounds on the endpoints a comparator may hold, creations included")
+	fs.Float64Var(&o.zipf, "zipf", hotsetZipf, "hotset: the exponent s of the Zipf access distribution, above 1")
+	fs.DurationVar(&o.idle, "idle", hotsetIdle, "hotset: how long an endpoint may stay unused before the pool's reaper, and epcache-idle, remove it (0: never)")
+	fs.DurationVar(&o.duration, "duration", time.Second, "how long each hit, churn, mixed, lease and hotset run measures")
+	fs.StringVar(&o.cost, "cost", "sleep:1ms", "creation cost model: none, sleep:D, spin:D or lognormal:MEDIAN:SIGMA (storm, churn, flaky, mixed; hotset takes "+hotsetCost+" unless this is given)")
 	fs.Float64Var(&o.churn, "churn", 0.01, "churn: fraction of operations that report their endpoint as failed; lease: fraction that Invalidate")
 	fs.IntVar(&o.failures, "failures", 3, "flaky: failed creation attempts per peer before the first success")
 	fs.IntVar(&o.count, "count", 1, "run every spec this many times (use 10 or more for benchstat)")
@@ -204,9 +214,21 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if rtts.set && !slices.ContainsFunc(workloads.vals, func(w string) bool { return bench.Spec{Workload: w}.IsMesh() }) {
 		return o, usageError{fmt.Errorf("-rtt models the network of the mesh workloads (tcpstorm, ucxstorm); -workload %s has none", workloads)}
 	}
+	o.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	if (o.set["cap"] || o.set["zipf"] || o.set["idle"]) && !slices.Contains(workloads.vals, "hotset") {
+		return o, usageError{fmt.Errorf("-cap, -zipf and -idle shape the hotset workload; -workload %s does not run it", workloads)}
+	}
+	switch {
+	case !(o.zipf > 1 && o.zipf < 100):
+		return o, usageError{fmt.Errorf("-zipf %v: want an exponent above 1 (and below 100)", o.zipf)}
+	case o.idle < 0:
+		return o, usageError{fmt.Errorf("-idle %v: want 0 (never) or a positive duration", o.idle)}
+	}
 	o.impls, o.workloads, o.keys, o.dists = impls.vals, workloads.vals, keys.vals, dists.vals
 	o.peers, o.goroutines, o.procs, o.reads, o.ctxs, o.rtts = peers.vals, goroutines.vals, procs.vals, reads.vals, ctxs.vals, rtts.vals
-	if workloads.set || keys.set || dists.set || peers.set || goroutines.set || reads.set || ctxs.set || rtts.set {
+	o.caps = caps.vals
+	if workloads.set || keys.set || dists.set || peers.set || goroutines.set || reads.set || ctxs.set || rtts.set || caps.set || o.set["zipf"] || o.set["idle"] {
 		o.suite = "" // a custom suite
 	}
 	return o, nil

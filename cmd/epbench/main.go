@@ -60,6 +60,10 @@ type options struct {
 	reads      []float64
 	ctxs       []string
 	rtts       []time.Duration
+	caps       []int
+	zipf       float64
+	idle       time.Duration
+	set        map[string]bool // the flags given
 	duration   time.Duration
 	cost       string
 	churn      float64

@@ -39,6 +39,10 @@ func TestBadFlagsAreUsageErrors(t *testing.T) {
 		{"-rtt", "soon"},
 		{"-ctx", "todo"},
 		{"-workload", "hit", "-rtt", "1ms"},
+		{"-workload", "hotset", "-cap", "0"},
+		{"-workload", "hotset", "-zipf", "1"},
+		{"-workload", "hotset", "-idle", "-1s"},
+		{"-workload", "hit", "-cap", "50"},
 		{"-nosuchflag"},
 		{"stray"},
 	} {
@@ -120,6 +124,32 @@ func TestSuitesExpand(t *testing.T) {
 		"Hit/impl=epcache/keys=uint64/dist=uniform/peers=1024/goroutines=2/ctx=cancel",
 		"Hit/impl=epcache/keys=uint64/dist=uniform/peers=1024/goroutines=2",
 	}, names, "-rtt applies to the meshes only; -ctx to every workload")
+	// hotset takes its own defaults where the flags give none.
+	o, err = parseFlags([]string{"-workload", "hotset", "-impl", "epcache,otter", "-keys", "uint64"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	specs, err = o.specs()
+	require.NoError(t, err)
+	names = nil
+	for _, s := range specs {
+		names = append(names, s.Name())
+	}
+	assert.Equal(t, []string{
+		"Hotset/impl=epcache/keys=uint64/dist=zipf/s=1.01/peers=100000/goroutines=64/cap=1000/idle=100ms/cost=sleep:100us",
+		"Hotset/impl=otter/keys=uint64/dist=zipf/s=1.01/peers=100000/goroutines=64/cap=1000/idle=100ms/cost=sleep:100us",
+	}, names)
+	o, err = parseFlags([]string{"-workload", "hotset", "-impl", "epcache", "-keys", "uint64", "-peers", "5000", "-cap", "50,100",
+		"-zipf", "1.2", "-idle", "0", "-cost", "none", "-dist", "uniform"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	specs, err = o.specs()
+	require.NoError(t, err)
+	names = nil
+	for _, s := range specs {
+		names = append(names, s.Name())
+	}
+	assert.Equal(t, []string{
+		"Hotset/impl=epcache/keys=uint64/dist=uniform/peers=5000/goroutines=64/cap=50/cost=none",
+		"Hotset/impl=epcache/keys=uint64/dist=uniform/peers=5000/goroutines=64/cap=100/cost=none",
+	}, names)
 	o, err = parseFlags([]string{"-workload", "hit", "-keys", "string", "-impl", "array"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	specs, err = o.specs()
@@ -204,4 +234,22 @@ func TestTableFormatting(t *testing.T) {
 	require.NoError(t, writeTable(&out, []bench.Result{r}))
 	assert.Contains(t, out.String(), "12.0ms")
 	assert.True(t, strings.Contains(out.String(), "FAIL: leaked 3 endpoints"))
+
+	// hotset: every comparator's peak and overshoot past the cap.
+	var hot []bench.Result
+	for _, tc := range []struct {
+		impl  string
+		peak  int64
+		inUse uint64
+	}{{"epcache", 1000, 0}, {"otter", 1327, 12437}} {
+		r := result("hotset", tc.impl, 1200)
+		r.Dist, r.Zipf, r.Peers, r.Cap, r.Cost = "zipf", 1.01, 100_000, 1000, "sleep:100us"
+		r.HitRatio, r.PeakLive, r.ReleasedInUse = 0.6037, tc.peak, tc.inUse
+		hot = append(hot, r)
+	}
+	out.Reset()
+	require.NoError(t, writeTable(&out, hot))
+	for _, want := range []string{"peak live", "overshoot", "in-use releases", "60.37%", "1327", "+327", "12437", "+0"} {
+		assert.Contains(t, out.String(), want)
+	}
 }

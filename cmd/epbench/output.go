@@ -67,6 +67,12 @@ func writeTable(w io.Writer, results []bench.Result) error {
 			cost = "" // real endpoints have their own cost, reported as "create"; a hit creates nothing
 		}
 		fmt.Fprintf(w, "\n%s  GOMAXPROCS=%d%s\n", title, s.Procs, cost)
+		if s.Workload == "hotset" {
+			if err := writeHotset(w, g); err != nil {
+				return err
+			}
+			continue
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		storm := s.IsStorm()
 		first := "ns/op"
@@ -111,8 +117,37 @@ func writeTable(w io.Writer, results []bench.Result) error {
 			return err
 		}
 	}
-	_, err := fmt.Fprintln(w, "\nlatency: every Get timed in storm and flaky; one Get in 64 in hit, churn and mixed. create: measured mean cost of one creation attempt.")
+	_, err := fmt.Fprintln(w, "\nlatency: every Get timed in storm, flaky and hotset; one Get in 64 in hit, churn and mixed. create: measured mean cost of one creation attempt.")
 	return err
+}
+
+// writeHotset writes a hotset group's rows: besides speed, the hit ratio,
+// the peak of live endpoints (creations included) and how far it went past
+// the cap, and the releases that came while the endpoint was in use.
+func writeHotset(w io.Writer, g group) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "impl\tops/s\tns/op\t×epcache\tp50\tp99\tp99.9\tmax\thit ratio\tcreates\tpeak live\tovershoot\tin-use releases\tleaked\toverlap\tcreate\t status")
+	var eps []float64
+	for _, r := range g.results {
+		if r.Impl == "epcache" {
+			eps = append(eps, headline(r))
+		}
+	}
+	ref := median(eps)
+	for _, r := range g.results {
+		ratio := "-"
+		if ref > 0 {
+			ratio = fmt.Sprintf("%.2f", headline(r)/ref)
+		}
+		status := " ok"
+		if r.Failure != "" {
+			status = " FAIL: " + r.Failure
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.2f%%\t%d\t%d\t%+d\t%d\t%d\t%d\t%s\t%s\n",
+			r.Impl, si(r.OpsPerSec), r.NsPerOp, ratio, dur(r.P50), dur(r.P99), dur(r.P999), dur(r.Max),
+			100*r.HitRatio, r.Creates, r.PeakLive, r.Overshoot(), r.ReleasedInUse, r.Leaked, r.Overlap, dur(r.MeanCreate), status)
+	}
+	return tw.Flush()
 }
 
 func dur(d time.Duration) string {
@@ -144,7 +179,8 @@ func si(v float64) string {
 var csvHeader = []string{"name", "workload", "impl", "keys", "dist", "peers", "goroutines", "procs", "cost", "churn", "failures", "reads", "ctx",
 	"ops", "elapsed_ns", "ops_per_sec", "ns_per_op", "completion_ns", "p50_ns", "p99_ns", "p999_ns", "max_ns", "latency_sampling",
 	"allocs_per_op", "bytes_per_entry", "creates", "attempts", "distinct", "invalidations", "duplicates", "releases", "leaked",
-	"double_releases", "overlap", "concurrency", "errors", "mean_create_ns", "failure"}
+	"double_releases", "overlap", "concurrency", "errors", "mean_create_ns", "failure",
+	"released_in_use", "peak_live", "cap", "overshoot", "hit_ratio", "zipf", "idle_ns"}
 
 func writeCSV(w io.Writer, results []bench.Result) error {
 	cw := csv.NewWriter(w)
@@ -157,7 +193,8 @@ func writeCSV(w io.Writer, results []bench.Result) error {
 			fmt.Sprint(int64(r.P50)), fmt.Sprint(int64(r.P99)), fmt.Sprint(int64(r.P999)), fmt.Sprint(int64(r.Max)), strconv.Itoa(r.Sampling),
 			f(r.AllocsPerOp), f(r.BytesPerEntry), fmt.Sprint(r.Creates), fmt.Sprint(r.Attempts), fmt.Sprint(r.Distinct),
 			fmt.Sprint(r.Invalidations), fmt.Sprint(r.Duplicates), fmt.Sprint(r.Releases), fmt.Sprint(r.Leaked),
-			fmt.Sprint(r.DoubleReleases), strconv.Itoa(r.Overlap), strconv.Itoa(r.Concurrency), fmt.Sprint(r.Errors), fmt.Sprint(int64(r.MeanCreate)), r.Failure})
+			fmt.Sprint(r.DoubleReleases), strconv.Itoa(r.Overlap), strconv.Itoa(r.Concurrency), fmt.Sprint(r.Errors), fmt.Sprint(int64(r.MeanCreate)), r.Failure,
+			fmt.Sprint(r.ReleasedInUse), fmt.Sprint(r.PeakLive), strconv.Itoa(r.Cap), fmt.Sprint(r.Overshoot()), f(r.HitRatio), f(r.Zipf), fmt.Sprint(int64(r.Idle))})
 	}
 	cw.Flush()
 	return cw.Error()
@@ -177,6 +214,9 @@ func writeBench(w io.Writer, results []bench.Result) error {
 			r.Name(), r.Procs, n, r.NsPerOp, r.AllocsPerOp, r.P50, r.P99, r.P999, r.Max, r.Creates, r.Duplicates, r.Leaked, r.Overlap, r.MeanCreate)
 		if r.BytesPerEntry != 0 {
 			fmt.Fprintf(w, "\t%.1f B/entry", r.BytesPerEntry)
+		}
+		if r.Workload == "hotset" {
+			fmt.Fprintf(w, "\t%.4f hit-ratio\t%d peak-live\t%d overshoot\t%d in-use-releases", r.HitRatio, r.PeakLive, r.Overshoot(), r.ReleasedInUse)
 		}
 		fmt.Fprintln(w)
 	}

@@ -8,6 +8,21 @@ import (
 	"github.com/epcache/epcache/bench"
 )
 
+// The hotset workload's shape in the suites, and in a custom run (-workload
+// hotset) where the flags do not say otherwise: a hot set of about a
+// thousand endpoints among 100,000 peers drawn by Zipf with s = 1.01 (the
+// exponent of the other workloads' zipf, and the nearest Go's rand.Zipf,
+// which takes s > 1, comes to YCSB's 0.99), 64 senders, creations that
+// sleep 100µs, and the pool's reaper (and epcache-idle) after 100ms unused.
+const (
+	hotsetPeers      = 100_000
+	hotsetGoroutines = 64
+	hotsetCap        = 1000
+	hotsetZipf       = 1.01
+	hotsetIdle       = 100 * time.Millisecond
+	hotsetCost       = "sleep:100us"
+)
+
 // variants expands s over -ctx and, for the mesh workloads, -rtt.
 func (o options) variants(s bench.Spec) []bench.Spec {
 	rtts := []time.Duration{0}
@@ -45,6 +60,8 @@ func (o options) specs() ([]bench.Spec, error) {
 				if im, _ := bench.ImplNamed(impl); s.Workload == "lease" && !im.Leases {
 					continue // holds nothing while it is used: no lease to measure
 				}
+				// hotset runs every comparator: those that never let go
+				// of an endpoint show how far past the cap that goes.
 				t := s
 				t.Impl, t.Goroutines = impl, g
 				specs = append(specs, t)
@@ -53,48 +70,76 @@ func (o options) specs() ([]bench.Spec, error) {
 	}
 	base := bench.Spec{Dist: "uniform", Duration: o.duration, Cost: o.cost, Churn: o.churn, Failures: o.failures, Seed: o.seed}
 	all := bench.ImplNames()
-	// The suites run the comparators written for the lease workload (a
-	// pool, a hand-counted map) in it alone.
-	caches, leasers := []string{}, []string{}
+	// The suites run the comparators written for the lease and hotset
+	// workloads (a pool, a hand-counted map, otter, an LRU, epcache with
+	// an idle timeout) in those alone.
+	caches, leasers, evictors := []string{}, []string{}, []string{}
 	for _, im := range bench.Impls {
-		if !im.LeaseOnly {
+		if im.Only == nil {
 			caches = append(caches, im.Name)
 		}
-		if im.Leases {
+		if im.Leases && (im.Only == nil || slices.Contains(im.Only, "lease")) {
 			leasers = append(leasers, im.Name)
 		}
+		if im.Evicts && (im.Only == nil || slices.Contains(im.Only, "hotset")) {
+			evictors = append(evictors, im.Name)
+		}
 	}
+	// hotset in the suites: a hot set of 1,000 among 100,000 peers.
+	hot := base
+	hot.Workload, hot.Keys, hot.Peers, hot.Goroutines = "hotset", "uint64", hotsetPeers, hotsetGoroutines
+	hot.Dist, hot.Zipf, hot.Cap, hot.Idle, hot.Cost = "zipf", hotsetZipf, hotsetCap, hotsetIdle, hotsetCost
 	d := o.duration
 	switch o.suite {
 	case "":
 		for _, w := range o.workloads {
 			for _, k := range o.keys {
-				for _, p := range o.peers {
+				peers := o.peers
+				if w == "hotset" && !o.set["peers"] {
+					peers = []int{hotsetPeers}
+				}
+				for _, p := range peers {
 					gs := o.goroutines
 					probe := bench.Spec{Workload: w}
 					if len(gs) == 0 {
-						gs = []int{0} // GOMAXPROCS, or 64 for the storms, 8 per peer for a mesh
+						gs = []int{0} // GOMAXPROCS, or 64 for the storms and hotset, 8 per peer for a mesh
 						switch {
-						case w == "storm" || w == "flaky":
+						case w == "storm" || w == "flaky" || w == "hotset":
 							gs = []int{64}
 						case probe.IsStorm():
 							gs = []int{8}
 						}
 					}
-					dists, reads := o.dists, []float64{0}
+					dists, reads, caps := o.dists, []float64{0}, []int{0}
 					switch {
 					case probe.IsStorm():
 						dists = []string{"uniform"}
 					case w == "mixed":
 						reads = o.reads
+					case w == "hotset":
+						caps = o.caps
+						if !o.set["dist"] {
+							dists = []string{"zipf"}
+						}
 					}
 					for _, g := range gs {
 						for _, dist := range dists {
 							for _, r := range reads {
-								s := base
-								s.Workload, s.Keys, s.Peers, s.Goroutines, s.Dist, s.Reads = w, k, p, g, dist, r
-								for _, v := range o.variants(s) {
-									add(v, all)
+								for _, cp := range caps {
+									s := base
+									s.Workload, s.Keys, s.Peers, s.Goroutines, s.Dist, s.Reads = w, k, p, g, dist, r
+									if w == "hotset" {
+										s.Cap, s.Idle = cp, o.idle
+										if dist == "zipf" {
+											s.Zipf = o.zipf
+										}
+										if !o.set["cost"] {
+											s.Cost = hotsetCost
+										}
+									}
+									for _, v := range o.variants(s) {
+										add(v, all)
+									}
 								}
 							}
 						}
@@ -155,6 +200,10 @@ func (o options) specs() ([]bench.Spec, error) {
 		s = base
 		s.Workload, s.Keys, s.Peers, s.Duration, s.Cost, s.Churn = "lease", "uint64", 1024, d, "none", 0.01
 		add(s, leasers)
+		// A hot set under a cap, against otter, an LRU and the pool's
+		// reaper: hit ratio, peak live endpoints, releases under a use.
+		hot.Duration = d
+		add(hot, evictors)
 		// Real connections, on loopback as it is and with modelled delay.
 		rtts := []time.Duration{0, time.Millisecond}
 		if o.suite == "full" {
@@ -201,6 +250,10 @@ func (o options) specs() ([]bench.Spec, error) {
 		s = base
 		s.Workload, s.Keys, s.Peers, s.Duration, s.Cost, s.Churn = "lease", "uint64", 128, 100*time.Millisecond, "none", 0.05
 		thrice(s, leasers)
+		// hotset once through, for its checks: epcache's peak live within
+		// the cap and no release under a lease (failures, as leaks are).
+		hot.Duration = 200 * time.Millisecond
+		add(hot, evictors)
 		s = base
 		s.Workload, s.Keys, s.Peers, s.Goroutines = "tcpstorm", "uint64", 16, 4
 		add(s, caches)

@@ -59,6 +59,14 @@ func TestTargets(t *testing.T) {
 		r("lease", "epcache", 30, lease), r("lease", "pool", 50, lease),
 	}
 	results[len(results)-1].ReleasedInUse = 1 // as a pool that closed under a sender would
+	hot := func(impl string, ns, hit float64, peak int64, inUse uint64) bench.Result {
+		r := r("hotset", impl, ns, func(s *bench.Spec) {
+			s.Peers, s.Goroutines, s.Dist, s.Zipf, s.Cap, s.Cost = 100_000, 64, "zipf", 1.01, 1000, "sleep:100us"
+		})
+		r.HitRatio, r.PeakLive, r.ReleasedInUse = hit, peak, inUse
+		return r
+	}
+	results = append(results, hot("epcache", 1000, 0.59, 1000, 0), hot("otter", 1200, 0.60, 1327, 12), hot("pool", 700, 0.86, 36968, 0))
 	doc := targets(results, map[string]float64{
 		"epcache/uint64/1024/2": 3, "xsync4/uint64/1024/2": 2.7,
 		"lease/epcache/2": 7, "lease/epcache-get/2": 4,
@@ -68,14 +76,48 @@ func TestTargets(t *testing.T) {
 		"| tcpstorm P=32 G=8 rtt 5ms: epcache ÷ mutex ≤ 0.50 | 0.211 | yes |",
 		"| hit, uint64 keys, 1024 peers, GOMAXPROCS 2 (go test): epcache ÷ xsync v4 ≤ 0.90 | 1.111 | **no** |",
 		"| tcpstorm P=32 G=8 rtt 0s: epcache ÷ array ≤ 1.10 | not run | - |",
-		"| leaked = 0 in every run (5 runs) | 0 runs leaked | yes |",
 		"| lease, uint64 keys, 1024 peers, GOMAXPROCS 2 (go test): Acquire+Release ÷ Get ≤ 2.00 | 1.750 | yes |",
 		"| lease, uint64 keys, 1024 peers, GOMAXPROCS 1 (go test): Acquire+Release ÷ Get ≤ 2.00 | not run | - |",
 		"| lease 1% invalidated: epcache ÷ pool ≤ 0.50 | 0.600 | **no** |",
-		"| released while leased = 0 in every run | 1 runs did | **no** |",
+		"| released while leased = 0 in every run | 1 runs did | **no** |", // the pool's; otter has no lease
+		"| leaked = 0 in every run (8 runs) | 0 runs leaked | yes |",
+		"| hotset P=100000 cap 1000: epcache peak live ≤ cap | 1000 (overshoot +0) | yes |",
+		"| hotset P=100000 cap 1000: epcache released in use = 0 | 0 | yes |",
+		"| hotset P=100000 cap 1000: epcache hit ratio ≥ otter's − 2 points | 59.0% (otter 60.0%) | yes |",
+		"| hotset P=100000 cap 1000: epcache ÷ otter (ops/s ≥ otter's) ≤ 1.00 | 0.833 | yes |",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("targets lack %q:\n%s", want, doc)
 		}
+	}
+}
+
+// The hotset table shows every comparator's peak and overshoot, and the
+// other tables leave hotset out.
+func TestHotsetTables(t *testing.T) {
+	var results []bench.Result
+	for _, tc := range []struct {
+		impl string
+		peak int64
+	}{{"epcache", 1000}, {"otter", 1327}, {"pool", 36968}} {
+		results = append(results, bench.Result{
+			Spec: bench.Spec{Workload: "hotset", Impl: tc.impl, Keys: "uint64", Dist: "zipf", Zipf: 1.01, Peers: 100_000,
+				Goroutines: 64, Procs: 2, Cap: 1000, Cost: "sleep:100us"},
+			NsPerOp: 1000, OpsPerSec: 1e6, HitRatio: 0.5, PeakLive: tc.peak,
+		})
+	}
+	doc := hotsetTables(results)
+	for _, want := range []string{
+		"**Hotset/keys=uint64/dist=zipf/s=1.01/peers=100000/goroutines=64/cap=1000/cost=sleep:100us** (GOMAXPROCS=2, cap 1000",
+		"| epcache | 1.00 M | 1.00 | 50.0% | 0 | 1000 | +0 | 0 |",
+		"| otter | 1.00 M | 1.00 | 50.0% | 0 | 1327 | +327 | 0 |",
+		"| pool | 1.00 M | 1.00 | 50.0% | 0 | 36968 | +35968 | 0 |",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("hotset tables lack %q:\n%s", want, doc)
+		}
+	}
+	if other := tables(results); other != "" {
+		t.Errorf("tables = %q; want hotset left to hotsetTables", other)
 	}
 }

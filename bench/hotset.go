@@ -1,0 +1,137 @@
+package bench
+
+import (
+	"context"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// hotsetWarm is how many operations, per endpoint of the cap, the hotset
+// workload makes at no creation cost before it measures: enough to fill
+// the cache and turn its contents over a few times, so that the hit ratio
+// is the steady state's, not a cold start's.
+const hotsetWarm = 10
+
+// hotset runs the hotset loop: G goroutines each take peers from their
+// own access sequence, get the endpoint (a lease where the comparator has
+// one, a Get otherwise), use it briefly and let it go, for s.Duration,
+// every operation timed. Before the clock starts they make hotsetWarm·Cap
+// operations together at no creation cost. The ledger's peak of live
+// endpoints covers the whole run; the hit ratio, the measured phase.
+func hotset[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K], l *Ledger) phase {
+	gctx := s.getContext(ctx) // ctx itself stops the run early
+	leaser, _ := c.(Leaser[K])
+	warm := min((hotsetWarm*s.Cap+s.Goroutines-1)/s.Goroutines, seqLen/4)
+	type tally struct {
+		ops, errors uint64
+		hist        *hdrhistogram.Histogram
+	}
+	tallies := make([]tally, s.Goroutines)
+	var (
+		stop            atomic.Bool
+		wg              sync.WaitGroup
+		ready, warmed   sync.WaitGroup
+		warmGo, measure = make(chan struct{}), make(chan struct{})
+	)
+	for g := range s.Goroutines {
+		ready.Add(1)
+		warmed.Add(1)
+		wg.Go(func() {
+			// Each goroutine draws its own sequence, before any clock
+			// starts, with a generator of its own.
+			seq := hotsetSequence(s, uint64(g))
+			t := tally{hist: newHist()}
+			var (
+				expect int
+				bad    bool
+			)
+			check := func(ep *Endpoint) {
+				useBriefly(ep)
+				bad = ep.Peer != expect
+			}
+			op := func(i int) {
+				p := seq[i&SeqMask]
+				key := ks.keys[p]
+				expect, bad = int(p), false
+				if leaser != nil {
+					bad = leaser.Lease(gctx, key, check) != nil || bad
+				} else if ep, err := c.Get(gctx, key); err != nil {
+					bad = true
+				} else {
+					check(ep)
+				}
+				if bad {
+					t.errors++
+				}
+			}
+			ready.Done()
+			<-warmGo
+			for i := range warm {
+				op(i)
+			}
+			warmed.Done()
+			<-measure
+			for i := warm; !stop.Load(); i++ {
+				t0 := time.Now()
+				op(i)
+				t.hist.RecordValue(int64(time.Since(t0)))
+				t.ops++
+			}
+			tallies[g] = t
+		})
+	}
+	ready.Wait()
+	l.SetFree(true)
+	close(warmGo)
+	warmed.Wait()
+	l.SetFree(false)
+	created := l.Counts().Creates
+	runtime.GC()
+	m0 := mallocs()
+	t0 := time.Now()
+	close(measure)
+	timer := time.NewTimer(s.Duration)
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+		timer.Stop()
+	}
+	stop.Store(true)
+	wg.Wait()
+	ph := phase{elapsed: time.Since(t0), allocs: mallocs() - m0, hist: newHist(), sampling: 1}
+	created = l.Counts().Creates - created
+	for _, t := range tallies {
+		ph.ops += t.ops
+		ph.errors += t.errors
+		ph.hist.Merge(t.hist)
+	}
+	if ph.ops > 0 {
+		ph.hitRatio = 1 - float64(created)/float64(ph.ops)
+	}
+	return ph
+}
+
+// hotsetSequence returns goroutine g's access sequence: seqLen peer
+// numbers drawn from s.Dist, Zipf with exponent s.Zipf over peer numbers
+// (peer 0 the hottest, for every goroutine alike) or uniform, with a
+// math/rand/v2 generator of the goroutine's own seeded by s.Seed and g.
+func hotsetSequence(s Spec, g uint64) []uint32 {
+	r := rand.New(rand.NewPCG(s.Seed, g))
+	seq := make([]uint32, seqLen)
+	if s.Dist == "zipf" {
+		z := rand.NewZipf(r, s.Zipf, 1, uint64(s.Peers-1))
+		for i := range seq {
+			seq[i] = uint32(z.Uint64())
+		}
+		return seq
+	}
+	for i := range seq {
+		seq[i] = uint32(r.IntN(s.Peers))
+	}
+	return seq
+}

@@ -1,0 +1,97 @@
+package bench_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/epcache/epcache/bench"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// hotsetSpec is the hotset workload at test scale: 2,000 peers, a cap of
+// 50, 16 goroutines, creations that sleep a little so that they overlap.
+func hotsetSpec(impl string) bench.Spec {
+	s := spec("hotset", impl, "uint64")
+	s.Peers, s.Goroutines, s.Cap, s.Zipf = 2000, 16, 50, 1.1
+	s.Cost, s.Duration, s.Idle = "sleep:20us", 100*time.Millisecond, 10*time.Millisecond
+	return s
+}
+
+// epcache under a cap: never more endpoints live than the cap, creations
+// in flight included, none released under a lease, none leaked. Structure
+// only: what the hit ratio and the speed are is the benchmark's business.
+func TestHotsetEpcacheStaysWithinCap(t *testing.T) {
+	for _, impl := range []string{"epcache", "epcache-idle"} {
+		for _, ctx := range []string{"background", "cancel"} {
+			t.Run(impl+"/"+ctx, func(t *testing.T) {
+				s := hotsetSpec(impl)
+				s.Ctx = ctx
+				r, err := bench.Run(context.Background(), s)
+				require.NoError(t, err)
+				assert.Empty(t, r.Failure)
+				assert.Positive(t, r.Ops)
+				assert.Positive(t, r.Creates)
+				assert.LessOrEqual(t, r.PeakLive, int64(s.Cap), "peak live, creations included, within the cap")
+				assert.LessOrEqual(t, r.Overshoot(), int64(0))
+				assert.Zero(t, r.ReleasedInUse, "released under a lease")
+				assert.Zero(t, r.Leaked)
+				assert.Zero(t, r.DoubleReleases)
+				assert.Zero(t, r.Errors)
+				assert.LessOrEqual(t, r.Overlap, 1, "one creation of a peer at a time")
+				assert.InDelta(t, 0.5, r.HitRatio, 0.5, "a ratio")
+			})
+		}
+	}
+}
+
+// The comparators without a hard cap: the ledger sees them go past it. The
+// pool reaps nothing within a run shorter than its idle time, and the warm
+// phase alone (ten operations per endpoint of the cap, over 2,000 peers)
+// touches more peers than the cap.
+func TestHotsetShowsOvershoot(t *testing.T) {
+	for _, impl := range []string{"pool", "syncmap"} {
+		t.Run(impl, func(t *testing.T) {
+			s := hotsetSpec(impl)
+			s.Idle = time.Hour
+			r, err := bench.Run(context.Background(), s)
+			require.NoError(t, err)
+			assert.Empty(t, r.Failure)
+			assert.Positive(t, r.Overshoot(), "peak live %d, cap %d", r.PeakLive, s.Cap)
+			assert.Zero(t, r.Leaked)
+			assert.Zero(t, r.ReleasedInUse, "nothing releases before Close")
+		})
+	}
+}
+
+// Every comparator the suites run in hotset finishes it without a leak, a
+// double release or a wrong answer; the bounded ones within the cap, the
+// leased ones with no release under a use.
+func TestHotsetComparators(t *testing.T) {
+	for _, im := range bench.Impls {
+		if !im.Evicts {
+			continue
+		}
+		t.Run(im.Name, func(t *testing.T) {
+			s := hotsetSpec(im.Name)
+			r, err := bench.Run(context.Background(), s)
+			require.NoError(t, err)
+			assert.Empty(t, r.Failure)
+			assert.Zero(t, r.Leaked)
+			assert.Zero(t, r.DoubleReleases)
+			assert.Zero(t, r.Errors)
+			assert.Equal(t, r.Creates, r.Releases)
+			if im.Bounded {
+				assert.LessOrEqual(t, r.PeakLive, int64(s.Cap))
+			}
+			if im.Leases {
+				assert.Zero(t, r.ReleasedInUse)
+			}
+			if im.ExactlyOnce {
+				assert.LessOrEqual(t, r.Overlap, 1)
+			}
+			assert.Contains(t, r.Name(), "Hotset/impl="+im.Name+"/keys=uint64/dist=zipf/s=1.1/peers=2000/goroutines=16/cap=50/idle=10ms/cost=sleep:20us")
+		})
+	}
+}
