@@ -64,6 +64,7 @@ func New[K comparable, V any](cfg Config[K, V]) (*Cache[K, V], error) {
 	}
 	if cfg.MaxEntries > 0 {
 		c.room = newRoom(cfg.MaxEntries, t)
+		t.SetProbation()
 	}
 	if cfg.IdleTimeout > 0 {
 		c.sweep = &sweeper{every: max(cfg.IdleTimeout/shard.IdleSteps, 1)}
@@ -109,6 +110,9 @@ func (c *Cache[K, V]) getSlow(ctx context.Context, key K) (V, error) {
 func (c *Cache[K, V]) obtain(ctx context.Context, key K, lease bool) (v V, l Lease[K, V], err error) {
 	if c.table.Closed() {
 		return v, l, ErrClosed
+	}
+	if c.room != nil {
+		c.room.freq.add(c.table.Hash(key)) // what eviction weighs (sketch.go)
 	}
 	s := c.table.LoadOrInsert(key)
 	for {

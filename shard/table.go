@@ -84,6 +84,7 @@ type Table[K comparable, V any] struct {
 	closedMark *State[V] // never a slot's state: what hit holds once closed
 	miss       func(context.Context, K) (V, error)
 	aged       [IdleSteps + 1]*State[V] // the aged Ready states (age.go)
+	published  *State[V]                // the state Publish stores: ready, or cooled (SetProbation)
 }
 
 type shard[K comparable, V any] struct {
@@ -306,6 +307,7 @@ func New[K comparable, V any](opt Options[K]) (*Table[K, V], error) {
 	}
 	t.shard0 = unsafe.Pointer(&t.shards[0])
 	t.hit.Store(t.ready)
+	t.published = t.ready
 	for i := range t.shards {
 		t.shards[i].cells.Store(newArray[K, V](minSlots))
 	}
@@ -588,8 +590,17 @@ func (t *Table[K, V]) Publish(s *Slot[K, V], claim *State[V], v V) bool {
 	// A claimed slot has never been Ready (Invalidate ends a slot), so its
 	// value is unused and nobody reads it until the CAS publishes it.
 	s.value = v
-	return s.state.CompareAndSwap(claim, t.ready)
+	return s.state.CompareAndSwap(claim, t.published)
 }
+
+// SetProbation makes Publish store values cooled rather than young (see
+// [Table.Cool]): a value starts on probation, first in line for eviction
+// unless it is used again, the probationary segment of SLRU and of
+// W-TinyLFU's main space. A cache with a capacity cap calls it once, before
+// any use: a value used once (a one-hit wonder, the tail of a Zipf
+// distribution) then makes room sooner than one used twice. Its first hit
+// after the creation takes the slow path once, to make it young.
+func (t *Table[K, V]) SetProbation() { t.published = t.aged[0] }
 
 // Invalidate moves a Ready slot to Dead and returns the value it held; the
 // caller now owns that value. The key gets a fresh Empty slot, so the table

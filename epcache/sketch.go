@@ -1,0 +1,88 @@
+package epcache
+
+import "sync/atomic"
+
+// sketch estimates how often each key was asked for lately: a count-min
+// sketch of 4-bit counters, sixteen to a word, halved every time it has
+// counted ten times the cap, as TinyLFU's is (Einziger, Friedman and
+// Manes, 2017; Caffeine's and otter's frequency sketch). Eviction under
+// MaxEntries uses it to choose, among a few values the clock hand found
+// unused, the one asked for least often: a peer that is asked for once and
+// never again makes room before one that comes back.
+//
+// It counts only what reaches the slow path: misses, waits, and the first
+// use of a value after the clock hand or a sweep passed it. A hit on a
+// young value writes nothing, here too; a value used between two passes
+// of the hand counts once per pass, which is what tells a recurring peer
+// from a one-off.
+type sketch struct {
+	words   []atomic.Uint64
+	mask    uint64 // len(words)-1
+	added   atomic.Int64
+	period  int64 // halve every period additions
+	halving atomic.Bool
+}
+
+func newSketch(capacity int) *sketch {
+	n := uint64(1)
+	for n < uint64(capacity) && n < 1<<24 {
+		n <<= 1
+	}
+	n = max(n, 8)
+	return &sketch{words: make([]atomic.Uint64, n), mask: n - 1, period: 10 * int64(max(capacity, 8))}
+}
+
+// counter returns the word and the shift of the i-th counter of h.
+func (s *sketch) counter(h uint64, i int) (*atomic.Uint64, uint) {
+	x := h * (0x9e3779b97f4a7c15 + 2*uint64(i)) // odd multipliers: distinct hashes
+	x ^= x >> 29
+	return &s.words[(x>>4)&s.mask], uint(x&15) * 4
+}
+
+// add counts one request for the key whose hash is h.
+func (s *sketch) add(h uint64) {
+	grew := false
+	for i := range 4 {
+		w, shift := s.counter(h, i)
+		for {
+			old := w.Load()
+			if old>>shift&15 == 15 {
+				break
+			}
+			if w.CompareAndSwap(old, old+1<<shift) {
+				grew = true
+				break
+			}
+		}
+	}
+	if grew && s.added.Add(1) >= s.period && s.halving.CompareAndSwap(false, true) {
+		s.halve()
+	}
+}
+
+// halve ages every counter by half, so that the sketch follows what is
+// asked for now. Concurrent adds may be halved or not: an estimate.
+func (s *sketch) halve() {
+	defer s.halving.Store(false)
+	for i := range s.words {
+		w := &s.words[i]
+		for {
+			old := w.Load()
+			if w.CompareAndSwap(old, old>>1&0x7777777777777777) {
+				break
+			}
+		}
+	}
+	s.added.Store(s.added.Load() / 2)
+}
+
+// estimate is how often the key whose hash is h was counted: the least of
+// its counters.
+func (s *sketch) estimate(h uint64) int {
+	least := uint64(15)
+	for i := range 4 {
+		w, shift := s.counter(h, i)
+		least = min(least, w.Load()>>shift&15)
+	}
+	return int(least)
+}
