@@ -13,7 +13,7 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: test
-test: fmt-check vet lint race test-386 bench-smoke ## gofmt, vet, staticcheck, race tests, 32-bit tests, every benchmark once
+test: fmt-check vet lint race test-386 bench-smoke test-etcd ## gofmt, vet, staticcheck, race tests, 32-bit tests, every benchmark once, the etcd module against an embedded etcd
 
 .PHONY: fmt-check
 fmt-check: ## fail if any file is not gofmt'ed
@@ -36,6 +36,12 @@ race: ## all tests under the race detector
 .PHONY: test-386
 test-386: ## the core packages' tests as a 32-bit program
 	GOARCH=386 $(GO) test -short -count=1 ./shard ./epcache
+
+.PHONY: test-etcd
+test-etcd: ## the etcd module (etcd/: the etcd directory, epmesh): vet, staticcheck and race tests against an embedded etcd it starts itself
+	cd etcd && $(GO) vet ./...
+	cd etcd && $(GO) run $(STATICCHECK) ./...
+	cd etcd && $(GO) test -race -count=1 ./...
 
 .PHONY: bench-smoke
 bench-smoke: ## every benchmark once, so that none rots

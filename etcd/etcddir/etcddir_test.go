@@ -1,0 +1,251 @@
+package etcddir_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/epcache/epcache/etcd/etcddir"
+	"github.com/epcache/epcache/etcd/etcdtest"
+	"github.com/epcache/epcache/transport/directory"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// server starts an embedded etcd for the test.
+func server(t *testing.T) *etcdtest.Server {
+	t.Helper()
+	s, err := etcdtest.Start("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// client is one process's connection to etcd.
+func client(t *testing.T, url string) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func open(t *testing.T, c *clientv3.Client, opt func(*etcddir.Options)) *etcddir.Directory {
+	t.Helper()
+	o := etcddir.Options{Client: c, Prefix: "/test/" + t.Name() + "/", Size: 4, TTL: time.Second, Timeout: 2 * time.Second}
+	if opt != nil {
+		opt(&o)
+	}
+	d, err := etcddir.Open(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// eventually polls cond until it holds or 10 s pass: a bound on how long a
+// change may take to propagate, not a measurement.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+	}
+}
+
+func lookupIs(d *etcddir.Directory, peer int, want string) func() bool {
+	return func() bool { got, err := d.Lookup(peer); return err == nil && got == want }
+}
+
+// Two processes: one publishes, the other sees it through its watch; the
+// "not yet published" and "withdrawn" answers are the in-process
+// directory's, which transports retry.
+func TestPublishLookupUnpublish(t *testing.T) {
+	s := server(t)
+	a := open(t, client(t, s.URL()), nil)
+	b := open(t, client(t, s.URL()), nil)
+
+	_, err := b.Lookup(1)
+	var np *directory.NotPublishedError
+	if !errors.As(err, &np) || np.Withdrawn || np.Peer != 1 {
+		t.Fatalf("Lookup before Publish: %v; want a NotPublishedError", err)
+	}
+	if _, err := b.Lookup(4); !errors.Is(err, directory.ErrUnknownPeer) {
+		t.Fatalf("Lookup(4) of 4 peers: %v; want ErrUnknownPeer", err)
+	}
+	if err := a.Publish(1, "127.0.0.1:7001"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b sees a's address", lookupIs(b, 1, "127.0.0.1:7001"))
+	if !b.Unpublish(1) {
+		t.Fatal("Unpublish of a published peer reported false")
+	}
+	eventually(t, "a sees the withdrawal", func() bool {
+		_, err := a.Lookup(1)
+		return errors.As(err, &np) && np.Withdrawn
+	})
+	if b.Unpublish(1) {
+		t.Fatal("a second Unpublish reported true")
+	}
+	if err := a.Publish(1, ""); err == nil {
+		t.Fatal("Publish of an empty address succeeded")
+	}
+}
+
+// A process that dies without a word (its client stops, as under SIGKILL)
+// leaves the directory when its lease expires; when it comes back and
+// publishes again, the watchers hear of it.
+func TestDeadProcessLeavesAndComesBack(t *testing.T) {
+	s := server(t)
+	watcher := open(t, client(t, s.URL()), nil)
+	var mu sync.Mutex
+	var heard []string
+	stop := watcher.Watch(func(peer int, addr string) {
+		mu.Lock()
+		heard = append(heard, fmt.Sprintf("%d=%s", peer, addr))
+		mu.Unlock()
+	})
+	defer stop()
+
+	dying := client(t, s.URL())
+	d, err := etcddir.Open(context.Background(), etcddir.Options{Client: dying, Prefix: "/test/" + t.Name() + "/", Size: 4, TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Publish(2, "127.0.0.1:7002"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the watcher sees the address", lookupIs(watcher, 2, "127.0.0.1:7002"))
+	dying.Close() // no revoke, no delete: the keep-alives just stop
+	start := time.Now()
+	eventually(t, "the lease expires", func() bool {
+		_, err := watcher.Lookup(2)
+		var np *directory.NotPublishedError
+		return errors.As(err, &np) && np.Withdrawn
+	})
+	t.Logf("the dead process left the directory %v after its client stopped (TTL 1s)", time.Since(start).Round(time.Millisecond))
+	d.Close()
+
+	back := open(t, client(t, s.URL()), nil)
+	if err := back.Publish(2, "127.0.0.1:7102"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the watcher hears of the restart", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(heard) == 2 && heard[1] == "2=127.0.0.1:7102"
+	})
+	if heard[0] != "2=127.0.0.1:7002" {
+		t.Fatalf("watcher heard %v", heard)
+	}
+}
+
+// Garbage under the prefix is counted and explained, never mistaken for a
+// peer.
+func TestGarbledEntries(t *testing.T) {
+	s := server(t)
+	c := client(t, s.URL())
+	prefix := "/test/" + t.Name() + "/"
+	ctx := context.Background()
+	for k, v := range map[string]string{"abc": "x", "07": "127.0.0.1:1", "99": "127.0.0.1:1", "-1": "127.0.0.1:1", "3": "", "1": "not an address"} {
+		if _, err := c.Put(ctx, prefix+k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := open(t, c, func(o *etcddir.Options) {
+		o.Validate = func(addr string) error { _, _, err := net.SplitHostPort(addr); return err }
+	})
+	if got := d.Malformed(); got != 6 {
+		t.Fatalf("Malformed() = %d; want 6", got)
+	}
+	_, err := d.Lookup(1)
+	if err == nil || errors.Is(err, directory.ErrNotPublished) {
+		t.Fatalf("Lookup of a garbled address: %v; want an error that is not 'not published'", err)
+	}
+	t.Logf("garbled address: %v", err)
+	if _, err := d.Lookup(3); err == nil {
+		t.Fatal("Lookup of an empty address succeeded")
+	}
+	if _, err := d.Lookup(0); !errors.Is(err, directory.ErrNotPublished) {
+		t.Fatalf("Lookup(0), only \"07\" was put: %v; want not published", err)
+	}
+}
+
+// Bad options and an unreachable etcd get clear errors.
+func TestOpenErrors(t *testing.T) {
+	if _, err := etcddir.Open(context.Background(), etcddir.Options{}); err == nil {
+		t.Fatal("Open with no client succeeded")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	c := client(t, "http://"+addr)
+	for _, o := range []etcddir.Options{
+		{Client: c, Size: 1},
+		{Client: c, Prefix: "/p/", Size: 0},
+		{Client: c, Prefix: "/p/", Size: 1, TTL: time.Millisecond},
+		{Client: c, Prefix: "/p/", Size: 1, Timeout: -1},
+	} {
+		if _, err := etcddir.Open(context.Background(), o); err == nil {
+			t.Fatalf("Open(%+v) succeeded", o)
+		} else {
+			t.Log(err)
+		}
+	}
+	start := time.Now()
+	_, err = etcddir.Open(context.Background(), etcddir.Options{Client: c, Prefix: "/p/", Size: 1, Timeout: 500 * time.Millisecond})
+	if err == nil {
+		t.Fatal("Open against a closed port succeeded")
+	}
+	t.Logf("unreachable etcd: %v (after %v)", err, time.Since(start).Round(time.Millisecond))
+}
+
+// etcd restarted mid-run: while it is away, Publish fails with a clear
+// error and Lookup answers from the mirror; once it is back, the watch
+// resumes and the publications are there.
+func TestEtcdRestart(t *testing.T) {
+	s, err := etcdtest.Start("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := s.URL()
+	a := open(t, client(t, url), func(o *etcddir.Options) { o.Timeout = 500 * time.Millisecond; o.TTL = 10 * time.Second })
+	b := open(t, client(t, url), func(o *etcddir.Options) { o.Timeout = 500 * time.Millisecond })
+	if err := a.Publish(0, "127.0.0.1:7000"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b sees a", lookupIs(b, 0, "127.0.0.1:7000"))
+
+	s.Stop()
+	if err := b.Publish(1, "127.0.0.1:7001"); err == nil {
+		t.Fatal("Publish with etcd away succeeded")
+	} else {
+		t.Logf("etcd away: %v", err)
+	}
+	if got, err := b.Lookup(0); err != nil || got != "127.0.0.1:7000" {
+		t.Fatalf("Lookup with etcd away: %q, %v; want the mirror's address", got, err)
+	}
+
+	s2, err := s.Restart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	eventually(t, "b publishes once etcd is back", func() bool { return b.Publish(1, "127.0.0.1:7001") == nil })
+	eventually(t, "a's watch resumes", lookupIs(a, 1, "127.0.0.1:7001"))
+	if got, err := b.Lookup(0); err != nil || got != "127.0.0.1:7000" {
+		t.Fatalf("a's publication after the restart: %q, %v", got, err)
+	}
+}
