@@ -69,7 +69,7 @@ baseline: ## rewrite results/baseline.json from three runs of the short suite on
 	mv $(RESULTS)/baseline.json.tmp $(RESULTS)/baseline.json
 
 .PHONY: results
-results: ## the full measurement into results/: go test -cpu 1,2,4,8 -count 10, epbench -count 5 (and tcpstorm at rtt 5ms, 20ms), benchstat, charts, READMEs (about 40 minutes)
+results: ## the full measurement into results/: go test -cpu 1,2,4,8 -count 10, epbench -count 5 (and tcpstorm at rtt 5ms, 20ms), benchstat, charts, HTML reports (results/epbench/index.html), READMEs (about 40 minutes)
 	mkdir -p $(RESULTS)/epbench
 	{ echo "$$(nproc) × $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $$(free -g | awk '/Mem:/ {print $$2}') GiB, $$($(GO) version | cut -d' ' -f3-)"; \
 	  echo "cpus: $$(nproc)"; echo "cpu: $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"; \

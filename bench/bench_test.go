@@ -229,6 +229,39 @@ func TestLedgerPeakLive(t *testing.T) {
 	assert.EqualValues(t, n, c.Releases)
 }
 
+// MeanCreate is the mean of the creations made while a run measured: the
+// free ones that fill a cache first are left out, so a run that created
+// nothing while it measured has none to report.
+func TestLedgerMeanCreateLeavesOutTheFill(t *testing.T) {
+	ctx := context.Background()
+	l := bench.NewLedger(3, bench.MustCost("sleep:2ms"), 0)
+	l.SetFree(true)
+	_, err := l.Create(ctx, 0)
+	require.NoError(t, err)
+	l.SetFree(false)
+	c := l.Counts()
+	assert.EqualValues(t, 1, c.Creates)
+	assert.Zero(t, c.MeanCreate, "a free creation is no measurement")
+	_, err = l.Create(ctx, 1)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, l.Counts().MeanCreate, 2*time.Millisecond, "the paid creation alone, not halved by the free one")
+	for _, tc := range []struct {
+		s    bench.Spec
+		want bool
+	}{
+		{bench.Spec{Workload: "hit"}, false},
+		{bench.Spec{Workload: "mixed", Reads: 1}, false},
+		{bench.Spec{Workload: "mixed", Reads: 0.99}, true},
+		{bench.Spec{Workload: "churn", Churn: 0}, false},
+		{bench.Spec{Workload: "lease", Churn: 0.01}, true},
+		{bench.Spec{Workload: "storm"}, true},
+		{bench.Spec{Workload: "hotset"}, true},
+		{bench.Spec{Workload: "tcpstorm"}, true},
+	} {
+		assert.Equal(t, tc.want, tc.s.MeasuresCreation(), "%+v", tc.s)
+	}
+}
+
 func TestBadSpecs(t *testing.T) {
 	for _, tc := range []struct {
 		mutate func(*bench.Spec)

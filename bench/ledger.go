@@ -43,12 +43,13 @@ type Ledger struct {
 	closeErrors    atomic.Uint64
 	releasedInUse  atomic.Uint64 // releases of an endpoint while a lease was using it
 	overlap        atomic.Int32
-	running        atomic.Int32 // creations in flight now, all peers
-	concurrency    atomic.Int32 // the most creations in flight at once, all peers
-	live           atomic.Int64 // endpoints being created, or created and not yet released
-	peakLive       atomic.Int64 // the most live at once
-	createNanos    atomic.Int64
-	free           atomic.Bool // creations cost nothing (while a workload fills the cache)
+	running        atomic.Int32  // creations in flight now, all peers
+	concurrency    atomic.Int32  // the most creations in flight at once, all peers
+	live           atomic.Int64  // endpoints being created, or created and not yet released
+	peakLive       atomic.Int64  // the most live at once
+	createNanos    atomic.Int64  // the time of the attempts made while not free
+	paidTries      atomic.Uint64 // those attempts
+	free           atomic.Bool   // creations cost nothing (while a workload fills the cache)
 }
 
 // NewLedger returns a ledger for peers peers whose creations cost what cost
@@ -68,8 +69,9 @@ func NewLedger(peers int, cost Cost, failures int) *Ledger {
 // ctx), fails with ErrNotPublished for the peer's first failures attempts,
 // and otherwise returns a new endpoint.
 func (l *Ledger) Create(ctx context.Context, peer int) (*Endpoint, error) {
-	return l.make(ctx, peer, func(ctx context.Context) (io.Closer, error) {
-		if !l.free.Load() {
+	free := l.free.Load()
+	return l.make(ctx, peer, free, func(ctx context.Context) (io.Closer, error) {
+		if !free {
 			if err := l.cost.Pay(ctx); err != nil {
 				return nil, err
 			}
@@ -83,10 +85,11 @@ func (l *Ledger) Create(ctx context.Context, peer int) (*Endpoint, error) {
 // it. The cost model does not apply; failures do (the resource is then
 // closed at once).
 func (l *Ledger) Make(ctx context.Context, peer int, open func(context.Context) (io.Closer, error)) (*Endpoint, error) {
-	return l.make(ctx, peer, open)
+	return l.make(ctx, peer, false, open)
 }
 
-func (l *Ledger) make(ctx context.Context, peer int, open func(context.Context) (io.Closer, error)) (*Endpoint, error) {
+// make makes one attempt; a free one (SetFree) is left out of MeanCreate.
+func (l *Ledger) make(ctx context.Context, peer int, free bool, open func(context.Context) (io.Closer, error)) (*Endpoint, error) {
 	// An endpoint is live from the moment its creation starts (it may
 	// hold a socket, a handshake, memory) until its release returns, or
 	// until the creation fails.
@@ -99,7 +102,10 @@ func (l *Ledger) make(ctx context.Context, peer int, open func(context.Context) 
 	l.tries.Add(1)
 	start := time.Now()
 	res, err := open(ctx)
-	l.createNanos.Add(int64(time.Since(start)))
+	if !free {
+		l.createNanos.Add(int64(time.Since(start)))
+		l.paidTries.Add(1)
+	}
 	if err != nil {
 		l.live.Add(-1)
 		return nil, err
@@ -180,7 +186,7 @@ type Counts struct {
 	ReleasedInUse  uint64        // releases of an endpoint a lease was using
 	Overlap        int           // most creations of one peer in flight at once
 	Concurrency    int           // most creations in flight at once, all peers together
-	MeanCreate     time.Duration // measured mean cost of an attempt
+	MeanCreate     time.Duration // measured mean cost of an attempt made while not free; 0 if none was
 	// PeakLive is the most endpoints live at once, all peers together: an
 	// endpoint is live from the start of its creation until its release
 	// returns, or until the creation fails.
@@ -209,8 +215,8 @@ func (l *Ledger) Counts() Counts {
 			c.Duplicates += uint64(extra)
 		}
 	}
-	if c.Attempts > 0 {
-		c.MeanCreate = time.Duration(l.createNanos.Load() / int64(c.Attempts))
+	if n := l.paidTries.Load(); n > 0 {
+		c.MeanCreate = time.Duration(l.createNanos.Load() / int64(n))
 	}
 	return c
 }

@@ -91,9 +91,12 @@ type Result struct {
 	Overlap        int     `json:"overlap"`         // most creations of one peer in flight at once
 	// Concurrency is the most creations in flight at once, all peers
 	// together: 1 for a comparator that serialises every creation.
-	Concurrency int           `json:"concurrency"`
-	Errors      uint64        `json:"errors"` // Gets that failed or returned another peer's endpoint
-	MeanCreate  time.Duration `json:"mean_create_ns"`
+	Concurrency int    `json:"concurrency"`
+	Errors      uint64 `json:"errors"` // Gets that failed or returned another peer's endpoint
+	// MeanCreate is the mean time of a creation attempt made while the
+	// run measured: the free creations that fill a cache first are left
+	// out, so a run that created nothing while it measured has 0.
+	MeanCreate time.Duration `json:"mean_create_ns"`
 	// FDsBefore and FDsAfter are the open file descriptors before a mesh
 	// workload (tcpstorm) started its peers and after it closed everything.
 	FDsBefore int `json:"fds_before,omitempty"`
@@ -186,6 +189,24 @@ func (s Spec) IsMesh() bool {
 // tcpstorm): one operation is the whole storm, measured to completion.
 func (s Spec) IsStorm() bool {
 	return s.Workload == "storm" || s.Workload == "flaky" || s.IsMesh()
+}
+
+// MeasuresCreation reports whether the measured phase of s creates
+// endpoints, so that a creation cost means something beside its results: a
+// storm creates every peer and hotset creates on its misses, while hit
+// never creates, and churn, mixed and lease create only after they
+// invalidate (churn above 0, reads below 1). The steady workloads fill
+// their cache before they measure, at no cost (see Result.MeanCreate).
+func (s Spec) MeasuresCreation() bool {
+	switch s.Workload {
+	case "hit":
+		return false
+	case "churn", "lease":
+		return s.Churn > 0
+	case "mixed":
+		return s.Reads < 1
+	}
+	return true
 }
 
 // Validate reports the first thing wrong with s.

@@ -32,57 +32,99 @@ var references = map[string][]string{
 // baseline's.
 func compared(s bench.Spec) bool { return !s.IsMesh() || s.RTT > 0 }
 
+// ratio is epcache's headline over a reference comparator's, for one
+// spec, in this run and, with -compare, in the baseline.
 type ratio struct {
-	name     string
-	baseline float64
+	name     string // the spec's name with impl=epcache÷ref, and its GOMAXPROCS
+	workload string
+	baseline float64 // 0: not compared
 	current  float64
+}
+
+// comparison is what -compare found: the ratios of this run that the
+// baseline has too.
+type comparison struct {
+	baseline string // the baseline's path
+	margin   float64
+	rows     []ratio
+}
+
+func (c *comparison) limit(r ratio) float64 { return r.baseline * c.margin }
+func (c *comparison) worse(r ratio) bool    { return r.current > c.limit(r) }
+
+// find returns the baseline's ratio of the given name.
+func (c *comparison) find(name string) (ratio, bool) {
+	for _, r := range c.rows {
+		if r.name == name {
+			return r, true
+		}
+	}
+	return ratio{}, false
 }
 
 // compare prints, for every spec present in both runs, epcache's headline
 // measure divided by each reference comparator's, in the baseline and now,
 // and fails if a current ratio is worse than margin times the baseline's.
 func compare(w io.Writer, baselinePath string, current []bench.Result, margin float64) error {
+	c, err := loadComparison(baselinePath, current, margin)
+	if err != nil {
+		return err
+	}
+	return c.write(w)
+}
+
+// loadComparison reads the baseline and pairs its ratios with current's.
+func loadComparison(baselinePath string, current []bench.Result, margin float64) (*comparison, error) {
 	data, err := os.ReadFile(baselinePath)
 	if err != nil {
-		return fmt.Errorf("-compare: %w", err)
+		return nil, fmt.Errorf("-compare: %w", err)
 	}
 	var baseline []bench.Result
 	if err := json.Unmarshal(data, &baseline); err != nil {
-		return fmt.Errorf("-compare: %s: %w", baselinePath, err)
+		return nil, fmt.Errorf("-compare: %s: %w", baselinePath, err)
 	}
-	base := ratios(baseline)
-	var rows []ratio
-	for name, cur := range ratios(current) {
-		if b, ok := base[name]; ok {
-			rows = append(rows, ratio{name, b, cur})
+	base := map[string]float64{}
+	for _, r := range ratios(baseline) {
+		base[r.name] = r.current
+	}
+	c := &comparison{baseline: baselinePath, margin: margin}
+	for _, r := range ratios(current) {
+		if b, ok := base[r.name]; ok {
+			r.baseline = b
+			c.rows = append(c.rows, r)
 		}
 	}
-	if len(rows) == 0 {
-		return fmt.Errorf("-compare: no run of epcache and a reference comparator is in both %s and this run", baselinePath)
+	if len(c.rows) == 0 {
+		return nil, fmt.Errorf("-compare: no run of epcache and a reference comparator is in both %s and this run", baselinePath)
 	}
-	slices.SortFunc(rows, func(a, b ratio) int { return strings.Compare(a.name, b.name) })
+	return c, nil
+}
+
+// write prints the comparison and returns an error naming the ratios worse
+// than the margin allows.
+func (c *comparison) write(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "\nepcache ÷ reference (smaller is better)\tbaseline\tnow\tlimit (×%g)\t\n", margin)
+	fmt.Fprintf(tw, "\nepcache ÷ reference (smaller is better)\tbaseline\tnow\tlimit (×%g)\t\n", c.margin)
 	var worse []string
-	for _, r := range rows {
+	for _, r := range c.rows {
 		verdict := "ok"
-		if r.current > r.baseline*margin {
+		if c.worse(r) {
 			verdict = "WORSE"
 			worse = append(worse, fmt.Sprintf("%s: %.3f, baseline %.3f", r.name, r.current, r.baseline))
 		}
-		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t%s\n", r.name, r.baseline, r.current, r.baseline*margin, verdict)
+		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t%s\n", r.name, r.baseline, r.current, c.limit(r), verdict)
 	}
 	tw.Flush()
 	if len(worse) > 0 {
-		return fmt.Errorf("ratios more than %g× worse than the baseline: %s", margin, strings.Join(worse, "; "))
+		return fmt.Errorf("ratios more than %g× worse than the baseline: %s", c.margin, strings.Join(worse, "; "))
 	}
 	return nil
 }
 
-// ratios returns epcache's headline over each reference's, by spec name,
-// from the medians of repeated runs.
-func ratios(results []bench.Result) map[string]float64 {
-	out := map[string]float64{}
+// ratios returns epcache's headline over each reference's, from the
+// medians of repeated runs, sorted by name.
+func ratios(results []bench.Result) []ratio {
+	var out []ratio
 	for _, g := range groups(results) {
 		byImpl := map[string][]float64{}
 		for _, r := range g.results {
@@ -96,10 +138,11 @@ func ratios(results []bench.Result) map[string]float64 {
 			if v := median(byImpl[ref]); v > 0 {
 				s := g.spec
 				s.Impl = "epcache÷" + ref
-				out[fmt.Sprintf("%s procs=%d", s.Name(), s.Procs)] = ep / v
+				out = append(out, ratio{name: fmt.Sprintf("%s procs=%d", s.Name(), s.Procs), workload: s.Workload, current: ep / v})
 			}
 		}
 	}
+	slices.SortFunc(out, func(a, b ratio) int { return strings.Compare(a.name, b.name) })
 	return out
 }
 

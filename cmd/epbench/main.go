@@ -104,11 +104,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := write(stdout, o.format, results); err != nil {
 		return err
 	}
+	info := reportInfo{args: args, date: time.Now()}
+	if o.compare != "" {
+		info.comparison, info.compareErr = loadComparison(o.compare, results, o.margin)
+	}
 	if o.out != "" {
-		if err := writeDir(o.out, results); err != nil {
+		if err := writeDir(o.out, results, info); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "epbench: wrote %s\n", o.out)
+		fmt.Fprintf(stderr, "epbench: wrote %s (the report: %s)\n", o.out, filepath.Join(o.out, "index.html"))
 	}
 	var failed []string
 	for _, r := range results {
@@ -116,8 +120,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			failed = append(failed, r.Name()+": "+r.Failure)
 		}
 	}
-	if o.compare != "" {
-		if err := compare(stdout, o.compare, results, o.margin); err != nil {
+	switch {
+	case info.compareErr != nil:
+		failed = append(failed, info.compareErr.Error())
+	case info.comparison != nil:
+		if err := info.comparison.write(stdout); err != nil {
 			failed = append(failed, err.Error())
 		}
 	}
@@ -166,7 +173,9 @@ func runAll(ctx context.Context, specs []bench.Spec, count int, stderr io.Writer
 	return results, nil
 }
 
-func writeDir(dir string, results []bench.Result) error {
+// writeDir writes the results into dir in every format, the charts as SVG
+// and PNG, and the report, index.html, that shows them all.
+func writeDir(dir string, results []bench.Result, info reportInfo) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -183,7 +192,11 @@ func writeDir(dir string, results []bench.Result) error {
 			return err
 		}
 	}
-	return writeCharts(dir, results)
+	charts, err := writeCharts(dir, results)
+	if err != nil {
+		return err
+	}
+	return writeReport(dir, results, charts, info)
 }
 
 // startProfiles starts a CPU profile and an execution trace (runtime/trace,

@@ -172,7 +172,7 @@ func TestRunWritesEveryFormat(t *testing.T) {
 		assert.Empty(t, r.Failure)
 	}
 	for _, name := range []string{"results.json", "results.csv", "results.txt", "results.table",
-		"throughput.svg", "throughput.png", "storm.svg", "storm.png", "latency.svg", "latency.png"} {
+		"throughput.svg", "throughput.png", "storm.svg", "storm.png", "latency.svg", "latency.png", "index.html"} {
 		fi, err := os.Stat(filepath.Join(dir, name))
 		if assert.NoError(t, err, name) {
 			assert.Positive(t, fi.Size(), name)

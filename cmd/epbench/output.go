@@ -63,7 +63,7 @@ func writeTable(w io.Writer, results []bench.Result) error {
 		s.Impl = "*"
 		title := strings.Replace(s.Name(), "/impl=*", "", 1)
 		cost := "  cost=" + s.Cost
-		if s.IsMesh() || s.Workload == "hit" {
+		if s.IsMesh() || !s.MeasuresCreation() {
 			cost = "" // real endpoints have their own cost, reported as "create"; a hit creates nothing
 		}
 		fmt.Fprintf(w, "\n%s  GOMAXPROCS=%d%s\n", title, s.Procs, cost)
@@ -109,15 +109,19 @@ func writeTable(w io.Writer, results []bench.Result) error {
 			if r.FDsBefore > 0 {
 				status += fmt.Sprintf(" (fds %d→%d)", r.FDsBefore, r.FDsAfter)
 			}
+			create := "-" // nothing was created while the run measured
+			if s.MeasuresCreation() {
+				create = dur(r.MeanCreate)
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n",
 				r.Impl, si(r.OpsPerSec), main, ratio, dur(r.P50), dur(r.P99), dur(r.P999), dur(r.Max),
-				r.AllocsPerOp, bpe, r.Creates, r.Duplicates, r.Leaked, r.Overlap, dur(r.MeanCreate), status)
+				r.AllocsPerOp, bpe, r.Creates, r.Duplicates, r.Leaked, r.Overlap, create, status)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 	}
-	_, err := fmt.Fprintln(w, "\nlatency: every Get timed in storm, flaky and hotset; one Get in 64 in hit, churn and mixed. create: measured mean cost of one creation attempt.")
+	_, err := fmt.Fprintln(w, "\nlatency: every Get timed in storm, flaky and hotset; one Get in 64 in hit, churn and mixed. create: measured mean cost of one creation attempt while measuring (-: none).")
 	return err
 }
 

@@ -89,13 +89,13 @@ func run() error {
 	}
 	direct := directHits(gobench)
 	fmt.Fprintf(&doc, "## Targets\n\n%s\n", targets(results, direct))
-	fmt.Fprintf(&doc, "## epbench, default suite, and tcpstorm at longer round trips\n\nMedians of %d runs of each spec. ×epcache is the implementation's time over epcache's (above 1: slower than epcache). Latency: every Get is timed in storm and flaky, one in 64 in hit, churn and mixed. rtt is a modelled network round trip, paid once per round trip of each connection's setup (a timer, not a measurement). ctx=cancel: the Gets pass a context that can end, so epcache creates on a goroutine of its own.\n\n", runsPerSpec(results))
+	fmt.Fprintf(&doc, "## epbench, default suite, and tcpstorm at longer round trips\n\n%s\n\nMedians of %d runs of each spec. ×epcache is the implementation's time over epcache's (above 1: slower than epcache). Latency: every Get is timed in storm and flaky, one in 64 in hit, churn and mixed. rtt is a modelled network round trip, paid once per round trip of each connection's setup (a timer, not a measurement). ctx=cancel: the Gets pass a context that can end, so epcache creates on a goroutine of its own.\n\n", reports(*dir, ""), runsPerSpec(results))
 	fmt.Fprint(&doc, tables(results))
 	fmt.Fprint(&doc, hotsetTables(results))
 	if ucx != "" {
 		fmt.Fprintf(&doc, "\n## ucxstorm\n\n`make results-ucx` (UCX endpoints between 16 workers of one process; needs libucx-dev):\n\n```text\n%s\n```\n", ucx)
 	}
-	fmt.Fprintf(&doc, "\n![hit throughput](epbench/throughput.svg)\n\n![storm completion](epbench/storm.svg)\n\n![storm latency](epbench/latency.svg)\n\n")
+	fmt.Fprint(&doc, chartLinks(*dir, ""))
 	fmt.Fprintf(&doc, "## go test benchmarks\n\n`benchstat -col /impl` over `gobench.txt` (the raw output beside this file).\n\n```text\n%s\n```\n", stat)
 	if err := os.WriteFile(filepath.Join(*dir, "README.md"), doc.Bytes(), 0o644); err != nil {
 		return err
@@ -111,13 +111,58 @@ func run() error {
 		return fmt.Errorf("%s has no %q … %q section to replace", *readme, beginMark, endMark)
 	}
 	var sec bytes.Buffer
-	fmt.Fprintf(&sec, "%s\n\nMeasured by `make results` on %s. Full tables, the go test benchmarks and the exact commands: [results/README.md](results/README.md).\n\n", beginMark, firstLine(machine))
+	fmt.Fprintf(&sec, "%s\n\nMeasured by `make results` on %s. Full tables, the go test benchmarks and the exact commands: [results/README.md](results/README.md). %s\n\n", beginMark, firstLine(machine), reports(*dir, "results/"))
 	fmt.Fprintf(&sec, "%s\n", targets(results, direct))
 	fmt.Fprint(&sec, tables(results, "hit", "storm", "churn", "lease", "tcpstorm"))
 	fmt.Fprint(&sec, hotsetTables(results))
-	fmt.Fprintf(&sec, "\n![hit throughput](results/epbench/throughput.svg)\n\n![storm completion](results/epbench/storm.svg)\n\n![storm latency](results/epbench/latency.svg)\n\n")
+	fmt.Fprint(&sec, chartLinks(*dir, "results/"))
 	out := append(append(append([]byte{}, top[:b]...), sec.Bytes()...), top[e:]...)
 	return os.WriteFile(*readme, out, 0o644)
+}
+
+// resultDirs are the epbench -out directories of `make results`, each with
+// its report (index.html) and charts.
+var resultDirs = []struct{ dir, about string }{
+	{"epbench", "the default suite"},
+	{"epbench-rtt", "tcpstorm at longer round trips"},
+}
+
+// reports links the HTML reports that epbench wrote into the results
+// directory, as seen from a document at prefix.
+func reports(dir, prefix string) string {
+	var links []string
+	for _, d := range resultDirs {
+		if _, err := os.Stat(filepath.Join(dir, d.dir, "index.html")); err == nil {
+			links = append(links, fmt.Sprintf("[%s](%s%s/index.html)", d.about, prefix, d.dir))
+		}
+	}
+	if len(links) == 0 {
+		return ""
+	}
+	return "Every chart and table, per workload, in epbench's HTML reports (one self-contained page each, open it in a browser): " + strings.Join(links, ", ") + "."
+}
+
+// charts are the charts epbench draws, in the order the documents show
+// them, with their alternative texts.
+var charts = []struct{ name, alt string }{
+	{"throughput", "hit: ns per Get per implementation"},
+	{"storm", "storm: time until all ready per implementation"},
+	{"latency", "storm: Get latency distribution"},
+	{"lease", "lease: ns per Acquire, use and Release"},
+	{"hotset", "hotset: peak live endpoints against the cap"},
+	{"hotset-hits", "hotset: hit ratio"},
+}
+
+// chartLinks shows the charts of results/epbench that exist, as seen from
+// a document at prefix.
+func chartLinks(dir, prefix string) string {
+	var b strings.Builder
+	for _, c := range charts {
+		if _, err := os.Stat(filepath.Join(dir, "epbench", c.name+".svg")); err == nil {
+			fmt.Fprintf(&b, "\n![%s](%sepbench/%s.svg)\n", c.alt, prefix, c.name)
+		}
+	}
+	return b.String() + "\n"
 }
 
 func firstLine(s string) string {
@@ -187,8 +232,8 @@ func tables(results []bench.Result, workloads ...string) string {
 		}
 		var about string
 		switch {
-		case any.Workload == "hit":
-			about = "" // a hit creates nothing
+		case !any.MeasuresCreation():
+			about = "" // hit, mixed at 100% reads: nothing is created while they measure
 		case any.IsMesh():
 			about = ", real connections, measured mean creation " + meanCreate(impls)
 		default:

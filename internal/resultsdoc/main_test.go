@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -119,5 +121,60 @@ func TestHotsetTables(t *testing.T) {
 	}
 	if other := tables(results); other != "" {
 		t.Errorf("tables = %q; want hotset left to hotsetTables", other)
+	}
+}
+
+// A workload that creates nothing while it measures (hit; mixed at 100%
+// reads; its fill before is free) shows no creation cost; one that
+// creates shows the cost model and the measured mean.
+func TestCreationCostOnlyWhereCreated(t *testing.T) {
+	r := func(workload string, reads, churn float64, mean time.Duration) bench.Result {
+		return bench.Result{Spec: bench.Spec{Workload: workload, Impl: "epcache", Keys: "uint64", Dist: "uniform", Peers: 1024,
+			Goroutines: 2, Procs: 2, Cost: "sleep:1ms", Reads: reads, Churn: churn}, NsPerOp: 10, MeanCreate: mean}
+	}
+	doc := tables([]bench.Result{
+		r("hit", 0, 0, 33), r("mixed", 1, 0, 33), r("churn", 0, 0.01, 1100*time.Microsecond), r("mixed", 0.99, 0, 1050*time.Microsecond),
+	})
+	for _, want := range []string{
+		"**Hit/keys=uint64/dist=uniform/peers=1024/goroutines=2** (GOMAXPROCS=2)\n",
+		"**Mixed/keys=uint64/dist=uniform/peers=1024/goroutines=2/reads=100%** (GOMAXPROCS=2)\n",
+		"/churn=1%** (GOMAXPROCS=2, creation cost sleep:1ms, measured mean 1.1 ms)",
+		"/reads=99%** (GOMAXPROCS=2, creation cost sleep:1ms, measured mean 1.1 ms)",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("tables lack %q:\n%s", want, doc)
+		}
+	}
+	if strings.Contains(doc, "33 ns") {
+		t.Errorf("a workload that never creates shows a creation cost:\n%s", doc)
+	}
+}
+
+// The documents link epbench's HTML reports and show the charts that
+// exist.
+func TestReportLinks(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"epbench/index.html", "epbench/throughput.svg", "epbench/hotset.svg", "epbench-rtt/index.html"} {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := reports(dir, "results/"), "[the default suite](results/epbench/index.html), [tcpstorm at longer round trips](results/epbench-rtt/index.html)."; !strings.Contains(got, want) {
+		t.Errorf("reports = %q; want it to hold %q", got, want)
+	}
+	got := chartLinks(dir, "results/")
+	for _, want := range []string{"![hit: ns per Get per implementation](results/epbench/throughput.svg)", "![hotset: peak live endpoints against the cap](results/epbench/hotset.svg)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("chartLinks = %q; want it to hold %q", got, want)
+		}
+	}
+	if strings.Contains(got, "storm.svg") {
+		t.Errorf("chartLinks = %q shows a chart that does not exist", got)
+	}
+	if reports(t.TempDir(), "") != "" {
+		t.Error("reports links reports that do not exist")
 	}
 }
