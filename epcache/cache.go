@@ -134,11 +134,10 @@ func (c *Cache[K, V]) obtain(ctx context.Context, key K, lease bool) (v V, l Lea
 				continue // evicted or removed meanwhile
 			}
 			if lease {
-				tk, ok := s.Lease()
-				if !ok {
-					return v, l, nil // invalidated meanwhile
+				var ok bool
+				if l, ok = c.leaseHeld(s); !ok {
+					return v, l, nil // removed meanwhile: the caller looks again
 				}
-				l = Lease[K, V]{c, s, tk}
 			}
 			return s.Value(), l, nil
 		case shard.Creating:
@@ -263,12 +262,12 @@ func (c *Cache[K, V]) outcome(s *shard.Slot[K, V], f *shard.Flight[V], claimer, 
 		}
 	}
 	// A waiter, or a claimer whose creation an Offer answered: v is
-	// published on s, unless it was invalidated already.
-	tk, ok := s.Lease()
-	if !ok {
-		return *new(V), l, nil
+	// published on s, unless it was removed already. Leasing it is a use.
+	c.table.Touch(s, s.State())
+	if l, ok := c.leaseHeld(s); ok {
+		return v, l, nil
 	}
-	return v, Lease[K, V]{c, s, tk}, nil
+	return *new(V), l, nil
 }
 
 // leave is what a claimer that asked for a lease does when it leaves

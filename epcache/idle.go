@@ -43,9 +43,9 @@ func (c *Cache[K, V]) armSweep() {
 	}
 }
 
-// sweepOnce is one sweep, on the timer's goroutine. Releases run on it; a
-// Release that panics or calls runtime.Goexit is reported by Close, and the
-// sweeps go on.
+// sweepOnce is one sweep, on the timer's goroutine. Each Release runs on a
+// goroutine of its own, so that one that panics or calls runtime.Goexit
+// (reported by Close) delays no other removal, and a slow one no sweep.
 func (c *Cache[K, V]) sweepOnce() {
 	sw := c.sweep
 	sw.mu.Lock()
@@ -75,7 +75,7 @@ func (c *Cache[K, V]) sweepOnce() {
 			continue
 		}
 		if c.table.Age(s, st) {
-			c.remove(s, st, func(p *stripe) { p.idleRemovals.Add(1) }, false)
+			c.remove(s, st, func(p *stripe) { p.idleRemovals.Add(1) })
 		}
 	}
 }

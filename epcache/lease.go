@@ -89,10 +89,41 @@ func (l Lease[K, V]) release() {
 // first lease allocates its lease table (once per value) and more than
 // eight leases of one value at a time allocate each.
 func (c *Cache[K, V]) Acquire(ctx context.Context, key K) (Lease[K, V], error) {
-	if s, tk, ok := c.table.Lease(key); ok { // a hit
+	s, tk, ok := c.table.Lease(key)
+	if ok { // a hit
 		return Lease[K, V]{c: c, s: s, tk: tk}, nil
 	}
+	if tk.Valid() {
+		c.endStale(s, tk) // an eviction took the value as the lease was taken
+	}
 	return c.acquire(ctx, key)
+}
+
+// endStale ends a lease taken as an eviction or an idle removal took its
+// value out of the cache (shard.Table.InvalidateState): the lease is not
+// handed out, and if the removal counted it, its end releases the value.
+func (c *Cache[K, V]) endStale(s *shard.Slot[K, V], tk shard.Ticket) {
+	if last, _ := s.EndLease(tk); last {
+		st := c.stats.of(unsafe.Pointer(s))
+		st.lingering.Add(-1)
+		c.releaseQuietly(st, s.Key(), s.Value())
+	}
+	c.kick()
+}
+
+// leaseHeld leases s's value for an Acquire's slow path: ok is false if
+// the value left the cache first, or as the lease was taken (then the
+// caller looks again).
+func (c *Cache[K, V]) leaseHeld(s *shard.Slot[K, V]) (l Lease[K, V], ok bool) {
+	tk, ok := s.Lease()
+	if !ok {
+		return l, false
+	}
+	if !c.table.Holds(s) {
+		c.endStale(s, tk)
+		return l, false
+	}
+	return Lease[K, V]{c, s, tk}, true
 }
 
 // acquire is Acquire after a miss: it creates (or waits for) the value as
@@ -105,8 +136,12 @@ func (c *Cache[K, V]) acquire(ctx context.Context, key K) (Lease[K, V], error) {
 		if err != nil || l.s != nil {
 			return l, err
 		}
-		if s, tk, ok := c.table.Lease(key); ok {
+		s, tk, ok := c.table.Lease(key)
+		if ok {
 			return Lease[K, V]{c: c, s: s, tk: tk}, nil
+		}
+		if tk.Valid() {
+			c.endStale(s, tk)
 		}
 	}
 }

@@ -58,6 +58,10 @@ func newRoom[K comparable, V any](max int, t *shard.Table[K, V]) *room[K, V] {
 func (r *room[K, V]) tryTake() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.takeLocked()
+}
+
+func (r *room[K, V]) takeLocked() bool {
 	if len(r.queue) == 0 && r.used.Load() < r.max {
 		r.used.Add(1)
 		return true
@@ -81,13 +85,18 @@ func (r *room[K, V]) put() {
 	r.used.Add(-1)
 }
 
-// enqueue adds a waiter at the end of the line.
-func (r *room[K, V]) enqueue() *roomWaiter {
-	w := &roomWaiter{granted: make(chan struct{})}
+// takeOrEnqueue takes a unit if one is free and nobody waits (nil), or
+// else adds a waiter at the end of the line, in one step: a unit given back
+// in between would otherwise reach nobody.
+func (r *room[K, V]) takeOrEnqueue() *roomWaiter {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.takeLocked() {
+		return nil
+	}
+	w := &roomWaiter{granted: make(chan struct{})}
 	r.queue = append(r.queue, w)
 	r.waiting.Add(1)
-	r.mu.Unlock()
 	return w
 }
 
@@ -122,11 +131,11 @@ var errNoRoomClaimer = fmt.Errorf("epcache: the claimer left while waiting for r
 // caller's context or Close (an error). The claimer holds s's gate.
 func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], f *shard.Flight[V]) (took bool, err error) {
 	r := c.room
-	if r.tryTake() {
+	w := r.takeOrEnqueue()
+	if w == nil {
 		return true, nil
 	}
 	c.stats.of(unsafe.Pointer(s)).roomWaits.Add(1)
-	w := r.enqueue()
 	c.evictOne()
 	select {
 	case <-w.granted:
@@ -161,21 +170,39 @@ func (c *Cache[K, V]) kick() {
 // ratio below this on the hotset workload.) Its Release runs on a
 // goroutine of its own, and the unit comes back when it returns. An unused
 // value that is leased is marked wanted, so that the end of its lease
-// calls kick. The hand makes at most two laps.
+// calls kick.
+//
+// A candidate used or leased before it could be removed is passed over,
+// and the hand goes on: the walk ends when it evicts, or after a whole lap
+// that met no unleased value (every value leased or being created: the end
+// of a lease or a creation kicks the waiters), or after maxLaps laps.
 func (c *Cache[K, V]) evictOne() bool {
+	const maxLaps = 8
 	r := c.room
 	r.handMu.Lock()
 	defer r.handMu.Unlock()
 	picks := r.picks[:0]
 	defer func() { clear(picks); r.picks = picks[:0] }()
-	for start := r.hand.Laps; r.hand.Laps-start <= 2 && len(picks) < evictionSample; {
+	start, lap, unleased := r.hand.Laps, r.hand.Laps, false
+	for r.hand.Laps-start < maxLaps {
+		if r.hand.Laps != lap { // a lap ended: a slot is met once a lap
+			if len(picks) > 0 && c.evictPick(picks) {
+				return true
+			}
+			picks = picks[:0]
+			if !unleased && r.hand.Laps-start > 1 {
+				return false
+			}
+			lap, unleased = r.hand.Laps, false
+		}
 		s := r.hand.Next()
 		if s == nil || c.table.Closed() {
-			break
+			return false
 		}
 		st := s.State()
-		if !c.table.Cool(s, st) {
-			continue // not a value, or used since the hand last passed
+		used := !c.table.Cool(s, st) // a young value, cooled now: not a candidate yet
+		if !c.table.Holds(s) {
+			continue // not a value
 		}
 		if s.Leased() > 0 {
 			s.Want()
@@ -184,11 +211,28 @@ func (c *Cache[K, V]) evictOne() bool {
 			}
 			// The last lease ended on the fast path before Want: free now.
 		}
+		unleased = true
+		if used {
+			continue
+		}
 		picks = append(picks, candidate[K, V]{s, st, r.freq.estimate(c.table.Hash(s.Key()))})
+		if len(picks) < evictionSample {
+			continue
+		}
+		if c.evictPick(picks) {
+			return true
+		}
+		picks = picks[:0] // every one was used or leased meanwhile: go on
 	}
+	return len(picks) > 0 && c.evictPick(picks)
+}
+
+// evictPick evicts the candidate asked for least that is still unused and
+// unleased, and reports whether there was one.
+func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) bool {
 	slices.SortStableFunc(picks, func(a, b candidate[K, V]) int { return a.freq - b.freq })
 	for _, p := range picks {
-		if c.remove(p.s, p.st, func(p *stripe) { p.evictions.Add(1) }, true) {
+		if c.remove(p.s, p.st, func(p *stripe) { p.evictions.Add(1) }) {
 			return true
 		}
 	}
@@ -196,10 +240,12 @@ func (c *Cache[K, V]) evictOne() bool {
 }
 
 // remove takes s's value, found in state st, out of the cache for an
-// eviction or an idle removal, unless s changed meanwhile (a use). The
-// value is released now if no lease holds it (on a goroutine of its own
-// with async, which the gate lets Close wait for), or by its last lease.
-func (c *Cache[K, V]) remove(s *shard.Slot[K, V], st *shard.State[V], count func(*stripe), async bool) bool {
+// eviction or an idle removal, unless s changed meanwhile (a use) or a
+// lease holds the value (shard.Table.InvalidateState). The value is
+// released on a goroutine of its own, which the gate lets Close wait for,
+// so that a Release that panics or calls runtime.Goexit (reported by
+// Close) costs no caller anything.
+func (c *Cache[K, V]) remove(s *shard.Slot[K, V], st *shard.State[V], count func(*stripe)) bool {
 	p := c.stats.of(unsafe.Pointer(s))
 	if !p.gate.enter() {
 		return false
@@ -212,18 +258,15 @@ func (c *Cache[K, V]) remove(s *shard.Slot[K, V], st *shard.State[V], count func
 	p.ready.Add(-1)
 	count(p)
 	if !s.Abandon() {
-		p.lingering.Add(1) // released by the end of its last lease
+		// A lease taken as the value left, which its taker ends at once
+		// (Table.Holds), releasing it.
+		p.lingering.Add(1)
 		p.gate.exit()
 		return true
 	}
-	if async {
-		go func() {
-			defer p.gate.exit()
-			c.releaseQuietly(p, s.Key(), v)
-		}()
-		return true
-	}
-	defer p.gate.exit()
-	c.releaseQuietly(p, s.Key(), v)
+	go func() {
+		defer p.gate.exit()
+		c.releaseQuietly(p, s.Key(), v)
+	}()
 	return true
 }

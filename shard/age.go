@@ -43,6 +43,50 @@ func newAged[V any]() (aged [IdleSteps + 1]*State[V]) {
 // aged.
 func isValue[V any](st *State[V]) bool { return st != nil && st.flight == nil }
 
+// InvalidateState removes s from the table, as Invalidate does, only if s
+// still holds st, a Ready state (young or aged) the caller observed, and
+// no lease holds its value: eviction and idle removal, which a use of the
+// value in between (Touch) or a lease must stop. ok reports whether it
+// removed s; the caller then owns v (and calls Abandon, as after
+// Invalidate).
+//
+// A lease and a removal can race: the lease takes a ticket, then checks
+// the state; the removal marks the state (evicting), then checks the
+// tickets. Whichever checks second sees the other: a removal that sees a
+// lease puts the state back and fails; a lease that sees the mark (or
+// Dead) is not a lease of a value in the table ([Table.Holds]): its taker
+// ends it and looks again. So a value a lease holds is never removed by
+// InvalidateState, and a lease of a removed value is never handed out.
+func (t *Table[K, V]) InvalidateState(s *Slot[K, V], st *State[V]) (v V, ok bool) {
+	if !isValue(st) || st == t.evicting {
+		return v, false
+	}
+	// Hashed before the slot changes, as in Invalidate.
+	h := t.Hash(s.key)
+	if !s.state.CompareAndSwap(st, t.evicting) {
+		return v, false
+	}
+	if s.Leased() > 0 {
+		s.state.CompareAndSwap(t.evicting, st) // unless a use came meanwhile
+		return v, false
+	}
+	// A use (Touch) or an Invalidate may take the slot out of evicting
+	// first: then it is theirs.
+	if !s.state.CompareAndSwap(t.evicting, t.dead) {
+		return v, false
+	}
+	t.replace(s, h)
+	return s.value, true
+}
+
+// Holds reports whether s's value is in the table now: what the taker of a
+// lease checks after taking it (see InvalidateState). A lease of a value
+// that is not must be ended at once.
+func (t *Table[K, V]) Holds(s *Slot[K, V]) bool {
+	st := s.state.Load()
+	return isValue(st) && st != t.evicting
+}
+
 // Touch records a use of s's value, which the caller found in state st: an
 // aged value becomes young. It reports whether s still holds its value
 // (false: the slot changed first; load its state again).
@@ -75,7 +119,7 @@ func (t *Table[K, V]) Cool(s *Slot[K, V], st *State[V]) (unused bool) {
 // s is expired.
 func (t *Table[K, V]) Age(s *Slot[K, V], st *State[V]) (expired bool) {
 	switch {
-	case !isValue(st):
+	case !isValue(st) || st == t.evicting:
 		return false
 	case st.age > IdleSteps:
 		return true

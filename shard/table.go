@@ -84,6 +84,7 @@ type Table[K comparable, V any] struct {
 	closedMark *State[V] // never a slot's state: what hit holds once closed
 	miss       func(context.Context, K) (V, error)
 	aged       [IdleSteps + 1]*State[V] // the aged Ready states (age.go)
+	evicting   *State[V]                // a value InvalidateState is removing (age.go)
 	published  *State[V]                // the state Publish stores: ready, or cooled (SetProbation)
 }
 
@@ -301,6 +302,7 @@ func New[K comparable, V any](opt Options[K]) (*Table[K, V], error) {
 		sealed:     &State[V]{flight: &Flight[V]{kind: flightSealed}},
 		closedMark: &State[V]{flight: &Flight[V]{kind: flightSealed}},
 		aged:       newAged[V](),
+		evicting:   &State[V]{age: 255},
 	}
 	if opt.Hash != nil {
 		t.kind = kindCustom
@@ -491,7 +493,10 @@ func (t *Table[K, V]) equal(a, b K) bool {
 }
 
 // Lease returns key's slot and a lease of its value, if the slot is Ready
-// and the table is not closed; see [Slot.Lease]. It takes no lock.
+// and the table is not closed; see [Slot.Lease]. It takes no lock. With ok
+// false and tk valid, a removal (InvalidateState) raced the lease: s no
+// longer holds the value for the table, and the caller must end tk at once
+// (and release the value, if EndLease says it was the last lease).
 func (t *Table[K, V]) Lease(key K) (s *Slot[K, V], tk Ticket, ok bool) {
 	if s = t.locate(t.Hash(key), key); s == nil || s.state.Load() != t.hit.Load() {
 		return nil, Ticket{}, false
@@ -501,13 +506,14 @@ func (t *Table[K, V]) Lease(key K) (s *Slot[K, V], tk Ticket, ok bool) {
 	if tb := s.leases.Load(); tb != nil {
 		p := &tb.tickets[0]
 		if w := p.Load(); w&(ticketGone|ticketHeld) == 0 && p.CompareAndSwap(w, w|ticketHeld) {
-			return s, ticketOf(w&ticketGen, 0), true
+			tk = ticketOf(w&ticketGen, 0)
+			return s, tk, t.Holds(s)
 		}
 	}
 	if tk, ok = s.Lease(); !ok {
 		return nil, Ticket{}, false
 	}
-	return s, tk, true
+	return s, tk, t.Holds(s)
 }
 
 // Load returns key's value if its slot is Ready and the table is not closed.
@@ -615,26 +621,16 @@ func (t *Table[K, V]) Invalidate(s *Slot[K, V]) (v V, ok bool) {
 // held. If match or the table's hash (Options.Hash) panics, the slot is
 // left as it was.
 func (t *Table[K, V]) InvalidateIf(s *Slot[K, V], match func(V) bool) (v V, ok bool) {
-	return t.invalidate(s, nil, match)
+	return t.invalidate(s, match)
 }
 
-// InvalidateState is Invalidate, done only if s still holds st, a Ready
-// state (young or aged) the caller observed: eviction and idle removal,
-// which a use of the value in between (Touch) must stop.
-func (t *Table[K, V]) InvalidateState(s *Slot[K, V], st *State[V]) (v V, ok bool) {
-	if !isValue(st) {
-		return v, false
-	}
-	return t.invalidate(s, st, nil)
-}
-
-func (t *Table[K, V]) invalidate(s *Slot[K, V], want *State[V], match func(V) bool) (v V, ok bool) {
+func (t *Table[K, V]) invalidate(s *Slot[K, V], match func(V) bool) (v V, ok bool) {
 	// Hashed before the slot changes: once it is Dead, the caller owns the
 	// value, and a panic in the caller's Hash would lose it.
 	h := t.Hash(s.key)
 	for {
 		st := s.state.Load()
-		if !isValue(st) || want != nil && st != want || (match != nil && !match(s.value)) {
+		if !isValue(st) || (match != nil && !match(s.value)) {
 			return v, false
 		}
 		if s.state.CompareAndSwap(st, t.dead) {
@@ -642,13 +638,20 @@ func (t *Table[K, V]) invalidate(s *Slot[K, V], want *State[V], match func(V) bo
 			break
 		}
 	}
+	t.replace(s, h)
+	return v, true
+}
+
+// replace puts a fresh slot in the place of s, just made Dead, whose key
+// hashes to h: the table keeps no reference to s's value. Only this takes
+// the shard's mutex, after the value has left.
+func (t *Table[K, V]) replace(s *Slot[K, V], h uint64) {
 	sh := t.shardOf(h)
 	sh.mu.Lock()
 	if p := t.probe(sh.cells.Load(), h, s.key); p != nil && p.Load() == s {
 		t.renew(sh, p, s)
 	}
 	sh.mu.Unlock()
-	return v, true
 }
 
 // rebuild replaces a full array with one holding its live slots at 5/8
