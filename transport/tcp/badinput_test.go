@@ -192,6 +192,9 @@ func TestConfig(t *testing.T) {
 		{tcp.Config{Directory: dir, CreateTimeout: -1}, "tcp: Config.CreateTimeout is -1ns; want 0 (default) or a positive duration"},
 		{tcp.Config{Directory: dir, RecvBuffer: -1}, "tcp: Config.RecvBuffer is -1; want 0 (default) or a positive count"},
 		{tcp.Config{Directory: dir, ErrorTTL: -1}, "tcp: Config.ErrorTTL is -1ns; want 0 (failures not remembered) or a positive duration"},
+		{tcp.Config{Directory: dir, MaxConns: -1}, "tcp: Config.MaxConns is -1; want 0 (no bound) or at least 2 (one for the connection being accepted, one to hold)"},
+		{tcp.Config{Directory: dir, MaxConns: 1}, "tcp: Config.MaxConns is 1; want 0 (no bound) or at least 2 (one for the connection being accepted, one to hold)"},
+		{tcp.Config{Directory: dir, IdleTimeout: -time.Second}, "tcp: Config.IdleTimeout is -1s; want 0 (connections never expire) or a positive duration"},
 	} {
 		p, err := tcp.Listen(tc.cfg)
 		if !assert.EqualError(t, err, tc.want) && p != nil {

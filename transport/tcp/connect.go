@@ -17,22 +17,40 @@ import (
 // Peer.mu, beside what the endpoint cache holds. It is how the accept path
 // and the cache's Create agree on one connection per pair; the package doc
 // explains the protocol. The connection itself lives in the cache only: an
-// accepted one goes in with Offer.
+// accepted one goes in with Offer, or through the Create running for the
+// peer (inbound).
 type link struct {
+	// creating is set while a Create call for this peer runs: an accepted
+	// connection from the peer may be handed to it (inbound).
+	creating bool
 	// dialing is set while a Create call for this peer connects: from
 	// after its lookup found an address to its return.
 	dialing bool
-	// dialed is the connection the last Create that succeeded returned:
-	// the cache holds it, or is about to (it publishes after Create
-	// returns), or has released it (then release clears this). The
-	// acceptor decides against it while the cache does not hold it yet.
+	// dialConn is the connection of the dial in flight, if any, from the
+	// connect call to the end of its handshake: a hand-off cuts it short.
+	dialConn *conn
+	// dialed is the connection the last Create that succeeded returned
+	// (dialed, or handed to it): the cache holds it, or is about to (it
+	// publishes after Create returns), or has released it (then release
+	// clears this). The acceptor decides against it while the cache does
+	// not hold it yet.
 	dialed *conn
+	// inbound, with MaxConns, is an accepted connection from the peer that
+	// the acceptor hands to the running Create when the cache has no room
+	// for an Offer: that Create returns it, in its own room. The acceptor's
+	// slot covers it until then.
+	inbound *conn
+	// crossed is set when the acceptor answers "duplicate" to a hello from
+	// the peer while this peer dials it: if this dial is then answered
+	// "busy", the peer's attempt, which waits for this one, is the peer
+	// connecting back, and this peer dials again at once.
+	crossed bool
 	// dropped is the nonce of the last endpoint given up, sent in the next
 	// hello so that the other side knows its end is stale.
 	dropped uint64
 	// wake, if not nil, is closed when a connection from the other peer is
-	// offered to the cache: a Create that lost a simultaneous connect waits
-	// on it.
+	// offered to the cache or handed to the running Create: a Create that
+	// lost a simultaneous connect, or was answered "busy", waits on it.
 	wake chan struct{}
 }
 
@@ -46,11 +64,35 @@ func (p *Peer) linkTo(r int) *link {
 	return lk
 }
 
+// wakeLink wakes a Create waiting for a connection from lk's peer. p.mu
+// must be held.
+func wakeLink(lk *link) {
+	if lk.wake != nil {
+		close(lk.wake)
+		lk.wake = nil
+	}
+}
+
 // create is the cache's Create: it dials peer r. A connection r opens to
 // this peer meanwhile reaches the cache through Offer, which answers this
 // creation and cancels ctx (cause epcache.ErrOffered): then create stops,
-// and whatever it returns is dropped.
+// and whatever it returns is dropped. With MaxConns, when the cache has no
+// room for an Offer, the acceptor hands the connection to this creation
+// instead, and create returns it, whatever its own attempt came to.
 func (p *Peer) create(ctx context.Context, r int) (*conn, error) {
+	p.mu.Lock()
+	lk := p.linkTo(r)
+	lk.creating = true
+	p.mu.Unlock()
+	c, err := p.connect(ctx, r, lk)
+	return p.endCreate(r, lk, c, err)
+}
+
+// connect is create's attempt: a lookup, a dial and its handshake, and
+// after a lost simultaneous connect or a "busy", a wait for r's own
+// connection. It returns nil and a nil error when a connection was handed
+// to the creation before it dialed.
+func (p *Peer) connect(ctx context.Context, r int, lk *link) (*conn, error) {
 	// Not dialing yet: while the directory says "not yet", this peer is
 	// not connecting, and a connection r opens meanwhile must be accepted
 	// (and offered), not refused as a duplicate.
@@ -63,106 +105,216 @@ func (p *Peer) create(ctx context.Context, r int) (*conn, error) {
 	}
 
 	p.mu.Lock()
-	if p.closed {
+	switch {
+	case p.closed:
 		p.mu.Unlock()
 		return nil, ErrClosed
-	}
-	// Under the mutex that the accept path decides under: either r's
-	// connection was offered already (ctx is cancelled, and this must not
-	// dial, or r would take the hello for a newer connection), or it is
-	// decided after this sets dialing.
-	if ctx.Err() != nil {
+	case ctx.Err() != nil:
+		// Under the mutex that the accept path decides under: either r's
+		// connection was offered already (ctx is cancelled, and this must
+		// not dial, or r would take the hello for a newer connection), or
+		// it is decided after this sets dialing.
 		p.mu.Unlock()
 		return nil, context.Cause(ctx)
+	case lk.inbound != nil:
+		p.mu.Unlock()
+		return nil, nil // r's connection was handed over: endCreate takes it
 	}
-	lk := p.linkTo(r)
-	lk.dialing = true
+	lk.dialing, lk.crossed = true, false
 	dropped := lk.dropped
 	p.mu.Unlock()
 
-	c, lost, err := p.dial(ctx, r, addr, dropped)
-	if lost {
-		// r's own connection wins; this peer's accept path offers it to
-		// the cache, which answers this creation.
-		p.awaitOffer(ctx, lk)
-	}
-	p.mu.Lock()
-	lk.dialing = false
-	switch {
-	case err != nil:
-	case lost:
-		err = fmt.Errorf("%w (connecting to peer %d; waited %v)", ErrSuperseded, r, p.hsTimeout)
-	case p.closed:
+	c, out, err := p.dial(ctx, lk, r, addr, dropped)
+	for out != accepted {
+		// No connection of this peer's in flight any more: r's, when it
+		// comes, is accepted, whatever the ids (decide).
+		p.mu.Lock()
+		lk.dialing = false
+		again := out == busy && lk.crossed && lk.inbound == nil && ctx.Err() == nil && !p.closed
+		if again {
+			// r answered "busy" and connected back at once, while this
+			// dial still waited for the answer, so this peer answered r
+			// "duplicate": r's attempt now waits, in room of its own, for
+			// this peer's connection. Dial again: r takes it by hand-off.
+			lk.dialing, lk.crossed = true, false
+		}
 		p.mu.Unlock()
-		c.close(false)
-		return nil, ErrClosed
-	default:
-		c.owned = true // the cache holds it, or releases it
-		lk.dialed = c
-		p.wg.Add(1)
-		go p.runReader(c)
+		if !again {
+			break
+		}
+		c, out, err = p.dial(ctx, lk, r, addr, dropped)
 	}
-	p.mu.Unlock()
+	switch out {
+	case lost:
+		// r's own connection wins; this peer's accept path offers it to
+		// the cache, which answers this creation, or hands it over.
+		p.awaitInbound(ctx, lk)
+		err = fmt.Errorf("%w (connecting to peer %d; waited %v)", ErrSuperseded, r, p.hsTimeout)
+	case busy:
+		// r had no room, and connects back once it has. The lower id keeps
+		// its room meanwhile and takes r's connection when it comes; the
+		// higher gives its room up at once and its Sends try again, so
+		// that no peer holds room while it waits for a lower one's (see
+		// the package doc: that is what keeps a full mesh from
+		// deadlocking).
+		if p.id < r {
+			p.awaitInbound(ctx, lk)
+		}
+		err = fmt.Errorf("%w (peer %d)", ErrBusy, r)
+	}
 	return c, err
 }
 
+// endCreate ends a Create call: it takes the connection the acceptor
+// handed over meanwhile, if any, in place of the attempt's outcome, and
+// starts the reader of a connection this peer dialed.
+func (p *Peer) endCreate(r int, lk *link, c *conn, err error) (*conn, error) {
+	p.mu.Lock()
+	lk.creating, lk.dialing = false, false
+	in := lk.inbound
+	lk.inbound = nil
+	if p.closed {
+		p.mu.Unlock()
+		for _, x := range []*conn{c, in} {
+			if x != nil {
+				x.close(false)
+			}
+		}
+		return nil, ErrClosed
+	}
+	var drop *conn
+	switch {
+	case in != nil && c != nil:
+		// r accepted this dial after all, which it does only once it has
+		// given up the connection it handed us: keep the dial.
+		drop = in
+	case in != nil:
+		c, err = in, nil
+		in.releaseSlot() // the creation's room covers it now (its own dial, if any, is closed)
+	case c == nil && err == nil:
+		err = fmt.Errorf("%w (connecting to peer %d)", ErrSuperseded, r) // cannot happen: inbound is taken here only
+	}
+	if err == nil {
+		lk.dialed = c
+		if c.dialed {
+			c.owned = true // the cache holds it, or releases it (a handed-over one is owned already)
+			p.wg.Add(1)
+			go p.runReader(c)
+		}
+	}
+	if drop != nil {
+		p.wg.Add(1)
+	}
+	p.mu.Unlock()
+	if drop != nil {
+		// Closed like a connection the cache gives up (its slot covers it
+		// until then), on a goroutine: its other end is closing it.
+		go func() {
+			defer p.wg.Done()
+			drop.released.Store(true)
+			drop.shutdown()
+		}()
+	}
+	return c, err
+}
+
+// outcome is how a dial's handshake ended, when it did not fail.
+type outcome uint8
+
+const (
+	accepted outcome = iota // the connection is the pair's
+	lost                    // "duplicate": r is dialing this peer too, and its connection wins
+	busy                    // "busy": r has no room for a connection now
+)
+
 // dial connects to peer r at addr and runs the dialer's side of the
-// handshake. lost reports a duplicate verdict: r is dialing this peer too,
-// and its connection wins.
-func (p *Peer) dial(ctx context.Context, r int, addr string, dropped uint64) (c *conn, lost bool, err error) {
+// handshake.
+func (p *Peer) dial(ctx context.Context, lk *link, r int, addr string, dropped uint64) (c *conn, out outcome, err error) {
 	p.stats.dialAttempts.Add(1)
+	p.stats.fdOpening()
 	nc, err := p.dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, false, fmt.Errorf("tcp: connect to peer %d: %w", r, err)
+		p.stats.fdClosed()
+		return nil, accepted, fmt.Errorf("tcp: connect to peer %d: %w", r, err)
 	}
 	p.stats.dialed.Add(1)
-	c = &conn{p: p, nc: nc, remote: r, nonce: nonZeroRandom(), dialed: true}
+	c = newConn(p, nc)
+	c.remote, c.nonce, c.dialed = r, nonZeroRandom(), true
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		c.close(false)
-		return nil, false, ErrClosed
+		return nil, accepted, ErrClosed
 	}
 	p.conns[c] = struct{}{}
+	lk.dialConn = c
+	if lk.inbound != nil {
+		c.cutShort() // handed r's own connection while it connected
+	}
 	p.mu.Unlock()
 
 	h := hello{from: uint32(p.id), to: uint32(r), inc: p.inc, nonce: c.nonce, dropped: dropped}
 	rep, err := c.handshake(ctx, p.hsTimeout, &h)
+	p.mu.Lock()
+	lk.dialConn = nil
+	p.mu.Unlock()
 	switch {
+	case err == nil && rep.verdict == verdictAccept && int(rep.from) == r && ctx.Err() != nil:
+		// Accepted, but an Offer answered this creation meanwhile (or
+		// CreateTimeout or Close ended it): r holds the connection and may
+		// be writing on it already. Returned all the same: the cache
+		// releases it, gracefully, so that r's frames are delivered.
 	case err != nil:
-		// Cut short by an Offer of r's own connection: the pair keeps that
-		// one, and this is a duplicate.
-		c.close(errors.Is(context.Cause(ctx), epcache.ErrOffered))
+		// Cut short by an Offer of r's own connection, or by its hand-off
+		// to this creation: the pair keeps that one, and this is a
+		// duplicate.
+		c.close(errors.Is(context.Cause(ctx), epcache.ErrOffered) || c.wasCut())
 		if ctx.Err() != nil {
-			return nil, false, err // the cause: CreateTimeout, Close, or an Offer
+			return nil, accepted, err // the cause: CreateTimeout, Close, or an Offer
 		}
-		return nil, false, fmt.Errorf("%w with peer %d at %s: %w", ErrHandshake, r, addr, err)
+		return nil, accepted, fmt.Errorf("%w with peer %d at %s: %w", ErrHandshake, r, addr, err)
 	case rep.verdict == verdictDuplicate:
 		c.close(true)
-		return nil, true, nil
+		return nil, lost, nil
+	case rep.verdict == verdictRefused && rep.reason == reasonBusy:
+		c.close(false)
+		return nil, busy, nil
 	case rep.verdict == verdictRefused:
 		c.close(false)
-		return nil, false, fmt.Errorf("%w with peer %d at %s: refused: %v", ErrHandshake, r, addr, rep.reason)
+		return nil, accepted, fmt.Errorf("%w with peer %d at %s: refused: %v", ErrHandshake, r, addr, rep.reason)
 	case int(rep.from) != r: // cannot happen with a peer of this package: it refuses hellos for others
 		c.close(false)
-		return nil, false, fmt.Errorf("%w with peer %d at %s: peer %d answered", ErrHandshake, r, addr, rep.from)
+		return nil, accepted, fmt.Errorf("%w with peer %d at %s: peer %d answered", ErrHandshake, r, addr, rep.from)
 	}
 	c.remoteInc = rep.inc
-	return c, false, nil
+	return c, accepted, nil
 }
 
-// handshake sends h and reads the reply, within timeout and ctx.
+// handshake sends h and reads the reply, within timeout and ctx. A reply
+// that arrives is returned even if ctx ends or the acceptor cuts the dial
+// short (cutShort) meanwhile: the remote has decided, and may be writing
+// on the connection already.
 func (c *conn) handshake(ctx context.Context, timeout time.Duration, h *hello) (reply, error) {
 	deadline := time.Now().Add(timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	if err := c.nc.SetDeadline(deadline); err != nil {
+	c.hsMu.Lock()
+	err := c.nc.SetDeadline(deadline)
+	if c.cut {
+		err = errors.New("tcp: dial cut short: the peer's own connection was handed over")
+	}
+	c.hsMu.Unlock()
+	if err != nil {
 		return reply{}, err
 	}
-	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(aLongTimeAgo) })
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(fired)
+		_ = c.nc.SetDeadline(aLongTimeAgo)
+	})
 	b := h.marshal()
-	_, err := c.nc.Write(b[:])
+	_, err = c.nc.Write(b[:])
 	var rep reply
 	if err == nil {
 		c.br = bufio.NewReader(c.nc)
@@ -172,19 +324,30 @@ func (c *conn) handshake(ctx context.Context, timeout time.Duration, h *hello) (
 		}
 	}
 	if !stop() {
-		return reply{}, context.Cause(ctx) // the deadline is in the past: the connection is useless
+		<-fired // the deadline is in the past now
+		if err != nil {
+			return reply{}, context.Cause(ctx) // cut short
+		}
+		// The reply came first: the caller decides what to do with it.
 	}
+	c.hsMu.Lock()
+	c.hsDone = true
 	if err == nil {
-		err = c.nc.SetDeadline(time.Time{})
+		err = c.nc.SetDeadline(time.Time{}) // after any cut's
 	}
+	c.hsMu.Unlock()
 	return rep, err
 }
 
-// awaitOffer waits, after a lost simultaneous connect, until the winning
-// connection is offered (the cache then cancels ctx too), ctx ends or
-// HandshakeTimeout passes.
-func (p *Peer) awaitOffer(ctx context.Context, lk *link) {
+// awaitInbound waits, after a lost simultaneous connect or a "busy", until
+// r's connection is offered (the cache then cancels ctx too) or handed to
+// this creation, ctx ends or HandshakeTimeout passes.
+func (p *Peer) awaitInbound(ctx context.Context, lk *link) {
 	p.mu.Lock()
+	if lk.inbound != nil {
+		p.mu.Unlock()
+		return
+	}
 	if lk.wake == nil {
 		lk.wake = make(chan struct{})
 	}
@@ -200,9 +363,13 @@ func (p *Peer) awaitOffer(ctx context.Context, lk *link) {
 }
 
 // release is the cache's Release: once the last lease on c has ended (a
-// Send holds one), c is closed, and r is told, in the next hello, that
-// this end of it is stale.
+// Send holds one), c is closed, gracefully (shutdown: every frame the other
+// end wrote before it saw this end close is delivered), and r is told, in
+// the next hello, that this end of it is stale. It returns once the
+// descriptor is closed, so that the cache's room (MaxConns) covers it until
+// then.
 func (p *Peer) release(r int, c *conn) {
+	c.released.Store(true)
 	p.mu.Lock()
 	if lk := p.links[r]; lk != nil {
 		lk.dropped = c.nonce
@@ -211,17 +378,40 @@ func (p *Peer) release(r int, c *conn) {
 		}
 	}
 	p.mu.Unlock()
-	c.close(false)
+	c.shutdown()
 }
 
 // serve runs the acceptor's side of the handshake on an accepted connection
-// and, if the connection is accepted, reads its frames until it ends.
+// and, if the connection is accepted, reads its frames until it ends. After
+// answering "busy", it connects back to the dialer once this peer has room.
 func (p *Peer) serve(c *conn) {
 	defer p.wg.Done()
 	h, ok := p.readHello(c)
-	if ok && p.answer(c, h) {
-		p.readUntilEnd(c)
+	if !ok {
+		return
 	}
+	switch p.answer(c, h) {
+	case admitted:
+		p.readUntilEnd(c)
+	case noRoom:
+		p.connectBack(int(h.from))
+	}
+}
+
+// connectBack makes the connection to r that r could not make: a Get,
+// which waits for room in line with this peer's Sends (evicting the least
+// recently used connection), then dials r, which takes the connection in
+// the room its own creation kept (r is the lower id), or answers "busy" in
+// turn (then r connects back, and so on: see the package doc). A failure
+// remembered for r is no reason not to try: r just connected.
+//
+// This peer may evict the connection as soon as it is made, if its own
+// Sends wait for room: r's frames are delivered all the same, since this
+// end reads until r closes its side (see shutdown), and r writes on a
+// connection whose other end is closing (see Send).
+func (p *Peer) connectBack(r int) {
+	p.cache.Forget(r)
+	_, _ = p.cache.Get(p.ctx, r)
 }
 
 // readHello reads and checks the hello of an accepted connection. A
@@ -269,51 +459,63 @@ func (p *Peer) refuse(c *conn, why reason) {
 	c.close(false)
 }
 
+// admission is the acceptor's decision on a connection.
+type admission uint8
+
+const (
+	duplicate admission = iota // the pair keeps another connection (or Close has begun)
+	admitted                   // the connection is the pair's: offered to the cache, or handed to its Create
+	noRoom                     // MaxConns: the cache has no room for it now; "busy"
+)
+
 // answer decides whether the connection c that peer h.from dialed is the
-// pair's, offers it to the cache if it is, and writes the verdict. It
-// reports whether c was accepted.
-func (p *Peer) answer(c *conn, h hello) bool {
+// pair's, gives it to the cache if it is, and writes the verdict.
+func (p *Peer) answer(c *conn, h hello) admission {
 	c.remote, c.remoteInc, c.nonce = int(h.from), h.inc, h.nonce
 	// Held until the verdict is written, so that a Send that gets c from
 	// the cache meanwhile writes its frame after the verdict, not before.
 	c.wmu.Lock()
-	accept := p.decideAndOffer(c, &h)
-	if accept {
+	adm := p.decideAndOffer(c, &h)
+	rep := reply{verdict: verdictDuplicate, from: uint32(p.id), inc: p.inc}
+	switch adm {
+	case admitted:
 		// r is alive: it just connected. A failure remembered for it (r died
 		// and restarted) must not keep this peer from using the offer.
 		p.cache.Forget(c.remote)
+		rep.verdict = verdictAccept
+	case noRoom:
+		p.stats.busy.Add(1)
+		rep.verdict, rep.reason = verdictRefused, reasonBusy
 	}
-	v := verdictDuplicate
-	if accept {
-		v = verdictAccept
-	}
-	rep := reply{verdict: v, from: uint32(p.id), inc: p.inc}
 	b := rep.marshal()
 	_, err := c.nc.Write(b[:])
 	if err == nil {
 		err = c.nc.SetDeadline(time.Time{})
 	}
 	if err != nil {
-		c.broken = true // the reader will fail too, and drop c
+		c.breakStream() // the reader will fail too, and drop c
 	}
 	c.wmu.Unlock()
-	if !accept {
-		c.close(true)
+	if adm != admitted {
+		c.close(adm == duplicate)
 	}
-	return accept
+	return adm
 }
 
 // decideAndOffer applies the acceptor's rule (decide) to c and, if c is
-// accepted, offers it to the cache. A held endpoint the rule finds stale is
-// invalidated first, outside the mutex (its Release, once its leases end,
-// closes it and takes the mutex). It returns false, having offered nothing,
-// for a duplicate, or once Close has begun.
-func (p *Peer) decideAndOffer(c *conn, h *hello) bool {
+// accepted, gives it to the cache: with Offer, or, where the cache has no
+// room for an Offer (MaxConns), by handing it to the Create running for its
+// peer, whose room it takes; failing both, c is not admitted (noRoom). A
+// held endpoint the rule finds stale is invalidated first, outside the
+// mutex (its Release, once its leases end, closes it and takes the
+// mutex). It returns duplicate, having offered nothing, for a duplicate, or
+// once Close has begun.
+func (p *Peer) decideAndOffer(c *conn, h *hello) admission {
 	for {
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
-			return false
+			return duplicate
 		}
 		lk := p.linkTo(c.remote)
 		cur, ok := p.cache.Load(c.remote)
@@ -329,26 +531,45 @@ func (p *Peer) decideAndOffer(c *conn, h *hello) bool {
 			continue // decide again: a Send may have reconnected meanwhile
 		}
 		if !accept {
+			lk.crossed = lk.crossed || lk.dialing
 			p.mu.Unlock()
-			return false
+			return duplicate
 		}
 		// Offered under the mutex that create checks before it dials, so
 		// that a creation for r either stops (its ctx is cancelled) or was
 		// dialing already (and then loses to c: see the package doc).
 		c.owned = true
-		if !p.cache.Offer(c.remote, c) {
+		if p.cache.Offer(c.remote, c) {
+			c.releaseSlot() // in the cache's room now
+			wakeLink(lk)
+			p.mu.Unlock()
+			return admitted
+		}
+		if _, held := p.cache.Load(c.remote); held || p.acceptSlot == nil {
 			// The cache holds a value after all (a creation published it
 			// between Load and Offer): decide again against it.
 			c.owned = false
 			p.mu.Unlock()
 			continue
 		}
-		if lk.wake != nil {
-			close(lk.wake)
-			lk.wake = nil
+		if lk.creating {
+			// No room for an Offer, but a Create for r runs in room of its
+			// own: it returns c (endCreate), once its own dial, if any, is
+			// closed. c keeps the accept slot until then; a dial in flight
+			// is cut short, as an Offer's cancellation would (it would lose
+			// to c: see decide), so that the slot is not held for the
+			// length of a handshake with r.
+			lk.inbound = c
+			if d := lk.dialConn; d != nil {
+				d.cutShort()
+			}
+			wakeLink(lk)
+			p.mu.Unlock()
+			return admitted
 		}
+		c.owned = false
 		p.mu.Unlock()
-		return true
+		return noRoom
 	}
 }
 
@@ -387,10 +608,56 @@ func (p *Peer) runReader(c *conn) {
 // closes it once the Sends that hold it are done. A connection the cache
 // never owned is closed here.
 func (p *Peer) readUntilEnd(c *conn) {
-	_ = c.readFrames() // EOF, an I/O error, a bad frame or Close: all end the connection
-	if c.owned {
-		p.cache.CompareAndInvalidate(c.remote, c)
-		return // closed by the cache's Release, after the last lease
+	// EOF, an I/O error, a bad frame or Close: all end the connection. At
+	// an EOF the other end has closed its side, gracefully, and reads on
+	// until this end closes: a Send that holds the connection may still
+	// write its frame. Anything else makes it unusable (ended).
+	if err := c.readFrames(); err != io.EOF {
+		c.ended.Store(true)
 	}
-	c.close(false)
+	close(c.readDone)
+	if !c.owned {
+		c.close(false)
+		return
+	}
+	// Closed by the cache's Release, after the last lease. A connection
+	// its Create has just returned is not published yet: report it again
+	// until the cache has it (or has released it), so that the other end,
+	// which may be waiting for this end to close, is not kept waiting.
+	for !p.cache.CompareAndInvalidate(c.remote, c) && !c.released.Load() {
+		select {
+		case <-p.done:
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
+
+// touch marks peer r's connection used, as a Send's Acquire does, without
+// ever creating one: for eviction (least recently used) and idle removal.
+// A Get with a context already done answers a held value, and nothing else.
+func (p *Peer) touch(r int) {
+	_, _ = p.cache.Get(doneCtx, r)
+}
+
+// leaseOf returns a lease on c, if c is the connection the cache holds for
+// its peer.
+func (p *Peer) leaseOf(c *conn) (epcache.Lease[int, *conn], bool) {
+	l, err := p.cache.Acquire(doneCtx, c.remote)
+	if err != nil {
+		return l, false
+	}
+	if l.Value() != c {
+		l.Release()
+		return l, false
+	}
+	return l, true
+}
+
+// doneCtx is a context already done: a Get or Acquire given it returns a
+// held value, and never creates or waits.
+var doneCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()

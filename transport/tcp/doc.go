@@ -11,7 +11,8 @@
 // length-prefixed frame; [Peer.Recv] returns the frames that the peer's
 // reader goroutines (one per connection) deliver. [Peer.Stats] has the
 // counters a benchmark reads: connections dialed, accepted, closed,
-// duplicates closed, dial attempts.
+// duplicates closed, dial attempts, descriptors held, and the cache's own
+// (evictions, idle removals, waits for room).
 //
 // # Connecting
 //
@@ -89,8 +90,91 @@
 // failure report (CompareAndInvalidate, by any Send or by the connection's
 // reader) drops the connection from the cache at once, so that the next
 // Send reconnects, but the cache closes it only when the last Send using it
-// is done. No connection is closed under a frame being written, except by
-// [Peer.Close], which aborts the writes in flight.
+// is done, and neither eviction nor an idle sweep takes a leased
+// connection. No connection is closed under a frame being written, except
+// by [Peer.Close], which aborts the writes in flight. A Send that finds its
+// connection unusable before it has written a byte (a failed read, a
+// broken stream) drops it and sends on another, so that the frame goes
+// once.
+//
+// # Closing gracefully
+//
+// A connection the cache gives up while it works (eviction, idle removal, a
+// stale endpoint, a failure report) is closed in two steps (conn.shutdown),
+// so that a frame in flight is not lost. This end closes its sending side
+// (shutdown(SHUT_WR)): the other end's reader gets every frame written
+// before, then the end of the stream, and drops the connection with
+// CompareAndInvalidate. This end goes on reading meanwhile: a frame the
+// other end writes until it has let go is delivered, and the other end may
+// write on a connection whose reader has seen the end (a Send that got it
+// just before). The other end closes once its last Send is done; this end's
+// reader then sees the end, and only then is the descriptor closed. A peer
+// that stays silent for HandshakeTimeout while this end waits (hung, or its
+// receiver has stopped taking frames) is cut off. The cache's Release
+// returns once the descriptor is closed. A connection that failed is closed
+// at once.
+//
+// While the inbox is full, a reader holds a lease on its connection, and
+// every frame read marks the connection used: a connection the other end
+// keeps writing on is neither idle nor least recently used here.
+//
+// # A bound on descriptors
+//
+// Config.MaxConns bounds, at every instant, the connection descriptors a
+// peer holds, whatever they are doing: dials in their handshake, accepted
+// connections before their verdict, connections in the cache, connections
+// being closed. It is split in two budgets that together cover every
+// descriptor from before the system call that makes it to after the one
+// that closes it:
+//
+//   - the cache's room (epcache's MaxEntries, MaxConns-1): a creation takes
+//     a unit before Create starts and holds at most one descriptor at a
+//     time (its dial; a connection handed to it is taken only once that
+//     dial is closed), and the connection it returns keeps the unit until
+//     Release, which closes the descriptor before it returns; an Offer
+//     takes a unit before the cache owns the connection;
+//   - one accept slot: the acceptor calls Accept only while it holds the
+//     slot, and the accepted connection keeps it until the cache owns it
+//     (its room covers it then) or it is closed. The other connections
+//     wait in the kernel's backlog meanwhile, and a stranger that says
+//     nothing holds the slot for HandshakeTimeout at most.
+//
+// Stats.Descriptors counts the same way (up before a dial or accept call,
+// down after a close), and its high-water mark never exceeds MaxConns.
+//
+// An accepted connection joins the cache through Offer when the cache has
+// room for it at once and nobody waits for room. Otherwise, if a Create for
+// the dialer runs (the simultaneous connect above, or one waiting for the
+// dialer), the acceptor hands the connection to it (link.inbound): the
+// Create returns it, in its own room, and a dial of its own in flight is cut
+// short, as an Offer would cut it. Otherwise the acceptor answers "busy"
+// (a refusal with reason 5) at once, closes the connection, and connects
+// back: a Get for the dialer, which waits for room in line with this
+// peer's Sends, evicting the least recently used connection no Send is
+// writing on.
+//
+// The dialer's side of "busy" is what keeps a mesh of full peers from
+// deadlocking. A dialer that waits for the connection back holds room (its
+// creation's) while the peer it dialed waits for room (the connection back
+// waits in line there): a cycle of such waits (A for B, B for C, C for A),
+// each holding what the next waits for, would stall every peer in it until
+// timeouts. So only waits that climb the ids may hold room: a dialer
+// answered "busy" keeps its room and waits (up to HandshakeTimeout) for the
+// connection back only if it has the lower id. The higher gives its room
+// up at once: its creation fails with [ErrBusy], which [Retryable] does not
+// retry, and its Send waits a little and tries again, holding nothing (it
+// forgets the failure, so that ErrorTTL does not keep it). Every other wait
+// ends by itself: the acceptor answers at once (Offer, hand-off,
+// "duplicate" or "busy"), and holds the accept slot only for a handshake.
+// The highest peer's waits therefore all end, then those of the next, and
+// so on down.
+//
+// A connection made back can cross the dial it answers: the higher answers
+// "busy" and its connection arrives while the lower still waits for that
+// answer, so the lower, dialing, answers it "duplicate". The lower notes
+// it (link.crossed) and, told "busy", dials again at once: the higher's
+// creation, waiting for the lower's connection since its "duplicate",
+// takes it by hand-off.
 //
 // # Wire format
 //
@@ -103,7 +187,8 @@
 // Verdicts are 1 (accept), 2 (duplicate) and 3 (refused); reasons of a
 // refusal are 1 (the hello is for another peer: a stale address), 2 (the
 // dialer's id is not in the directory), 3 (the dialer claims the acceptor's
-// id) and 4 (the acceptor is closing). Something that is not a hello, or no
+// id), 4 (the acceptor is closing) and 5 (busy: the acceptor has no room
+// for the connection now, and connects back; see MaxConns). Something that is not a hello, or no
 // hello within Config.HandshakeTimeout, is closed without a reply. After an
 // accept, both directions carry frames: a uint32 payload length, at most
 // Config.MaxFrame (a larger one closes the connection), then the payload.

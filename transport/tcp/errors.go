@@ -33,6 +33,15 @@ var ErrHandshake = errors.New("tcp: handshake failed")
 // transient, and [Retryable] retries it.
 var ErrSuperseded = errors.New("tcp: lost a simultaneous connect and the winning connection did not arrive")
 
+// ErrBusy matches, with errors.Is, the error of a connection attempt that
+// the remote peer answered "busy": it holds Config.MaxConns connections and
+// could not take another at once. The remote connects back once it has
+// room; meanwhile the attempt has given up this peer's room, so that a full
+// mesh cannot deadlock (see the package doc). [Peer.Send] waits and tries
+// again by itself, until its context ends; [Retryable] does not retry it,
+// since a retry inside the connection attempt would keep the room.
+var ErrBusy = errors.New("tcp: the peer has no room for another connection now")
+
 // Retryable reports whether a failed connection attempt is worth another
 // try: the peer's address is not published yet (errors.Is(err,
 // directory.ErrNotPublished)), or the attempt lost a simultaneous connect

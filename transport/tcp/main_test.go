@@ -191,6 +191,14 @@ func sum(peers []*tcp.Peer) tcp.Stats {
 		s.BadFrames += st.BadFrames
 		s.Sent += st.Sent
 		s.Received += st.Received
+		s.Busy += st.Busy
+		s.BusyRetries += st.BusyRetries
+		s.Resent += st.Resent
+		s.Descriptors += st.Descriptors
+		s.PeakDescriptors = max(s.PeakDescriptors, st.PeakDescriptors)
+		s.Cache.Evictions += st.Cache.Evictions
+		s.Cache.IdleRemovals += st.Cache.IdleRemovals
+		s.Cache.RoomWaits += st.Cache.RoomWaits
 		s.Cache.Creates += st.Cache.Creates
 		s.Cache.Offers += st.Cache.Offers
 		s.Cache.Attempts += st.Cache.Attempts

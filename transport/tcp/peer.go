@@ -41,8 +41,10 @@ type Config struct {
 	ID int
 
 	// Directory is where the peer publishes its address and looks up the
-	// others'.
-	Directory *directory.Directory
+	// others': the in-process *directory.Directory for peers in one
+	// process, or a directory backed by a store, such as etcddir's (module
+	// github.com/epcache/epcache/etcd), for peers in separate processes.
+	Directory directory.Interface
 
 	// MaxFrame is the largest payload Send sends and the reader accepts, in
 	// bytes; DefaultMaxFrame if 0, at most MaxFrameLimit.
@@ -76,6 +78,33 @@ type Config struct {
 	// readers stop reading (and TCP flow control stops the senders).
 	// DefaultRecvBuffer if 0.
 	RecvBuffer int
+
+	// MaxConns, if positive, bounds the connection descriptors the peer
+	// holds at every instant, the listener aside: connections being dialed,
+	// accepted connections in their handshake, connections held, and
+	// connections being closed, all together. It must be at least 2: one
+	// descriptor is kept for the connection the listener accepts, and the
+	// endpoint cache holds at most MaxConns-1 (epcache's
+	// Config.MaxEntries), counting the dials in flight and the connections
+	// it has given up but not closed yet.
+	//
+	// A Send to a peer without a connection, when the cache is full,
+	// closes the least recently used connection no Send is writing on
+	// (epcache evicts it; the other end closes its side in turn, and every
+	// frame already written on it is delivered), or waits for one, in
+	// arrival order, until its context ends. A peer that cannot take in a
+	// connection at once answers "busy" and connects back when it has room;
+	// see the package doc. 0 means no bound.
+	MaxConns int
+
+	// IdleTimeout, if positive, closes a connection that has carried no
+	// frame in either direction, and that no Send has used, for about
+	// IdleTimeout (epcache's Config.IdleTimeout: between IdleTimeout and
+	// 5/4 IdleTimeout). Both ends close it, every frame written on it is
+	// delivered first, and the next Send reconnects. A connection a frame
+	// is being written on, or one whose reader holds a frame that Recv has
+	// not taken yet, is never closed for idleness. 0 means never.
+	IdleTimeout time.Duration
 }
 
 // Message is one frame received by Recv.
@@ -98,8 +127,18 @@ type Stats struct {
 	BadFrames    uint64 // connections closed for announcing a frame over MaxFrame
 	Sent         uint64 // frames written
 	Received     uint64 // frames delivered to the inbox
+	Busy         uint64 // accepted connections answered "busy": no room for them (MaxConns)
+	BusyRetries  uint64 // Sends that waited and tried again after a peer answered "busy"
+	Resent       uint64 // Sends that found their connection ended before writing a byte, and used another
 
-	Cache epcache.Stats // the endpoint cache's counters
+	// Descriptors counts the connection descriptors this peer holds, from
+	// just before each dial or accept call to just after each close
+	// returns: at every instant, at least what the process holds for the
+	// peer (a pending accept call counts as one). PeakDescriptors is its
+	// high-water mark. With MaxConns, neither exceeds MaxConns.
+	Descriptors, PeakDescriptors int64
+
+	Cache epcache.Stats // the endpoint cache's counters: Evictions, IdleRemovals, RoomWaits, Room among them
 }
 
 // Open returns the number of this peer's connection ends not yet closed.
@@ -108,8 +147,30 @@ func (s Stats) Open() int64 { return int64(s.Dialed+s.Accepted) - int64(s.Closed
 type counters struct {
 	dialAttempts, dialed, accepted, closed, duplicates, refused atomic.Uint64
 	notPublished, badFrames, sent, received                     atomic.Uint64
+	busy, busyRetries, resent                                   atomic.Uint64
 	closedUnderWriter                                           atomic.Uint64 // connections closed while a frame was being written
+
+	// fds counts descriptors held or about to be: raised before a dial or
+	// an accept call, lowered after a failed one or a close; peak is its
+	// high-water mark.
+	fds, peak atomic.Int64
 }
+
+// fdOpening counts a descriptor about to be made, before the call that
+// makes it.
+func (s *counters) fdOpening() {
+	n := s.fds.Add(1)
+	for {
+		m := s.peak.Load()
+		if n <= m || s.peak.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
+// fdClosed uncounts a descriptor, after the call that closed it (or failed
+// to make it) returned.
+func (s *counters) fdClosed() { s.fds.Add(-1) }
 
 // Peer is one process of the job: a TCP listener on 127.0.0.1, a published
 // address, and an endpoint cache of connections to the other peers. Its
@@ -117,7 +178,7 @@ type counters struct {
 type Peer struct {
 	id        int
 	inc       uint64 // incarnation: tells the other peers that this is a new life of id
-	dir       *directory.Directory
+	dir       directory.Interface
 	ln        net.Listener
 	cache     *epcache.Cache[int, *conn]
 	dialer    net.Dialer
@@ -128,6 +189,19 @@ type Peer struct {
 	done      chan struct{} // closed when Close begins
 	closeDone chan struct{} // closed when the first Close returns
 	wg        sync.WaitGroup
+
+	// With MaxConns: acceptSlot holds a token while the acceptor has a
+	// descriptor outside the cache's room (a pending accept call, then the
+	// accepted connection until the cache owns it or it is closed); see
+	// the package doc, "A bound on descriptors".
+	acceptSlot chan struct{}
+	// aging: eviction or idle removal may close a connection (MaxConns or
+	// IdleTimeout), so that a reader marks its connection used.
+	aging bool
+	// ctx ends when Close begins: the context of the connections a peer
+	// makes back to one it answered "busy".
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu     sync.Mutex
 	closed bool
@@ -160,8 +234,15 @@ func Listen(cfg Config) (*Peer, error) {
 		inbox:     make(chan Message, cfg.RecvBuffer),
 		done:      make(chan struct{}),
 		closeDone: make(chan struct{}),
+		aging:     cfg.MaxConns > 0 || cfg.IdleTimeout > 0,
 		links:     map[int]*link{},
 		conns:     map[*conn]struct{}{},
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	maxEntries := 0
+	if cfg.MaxConns > 0 {
+		maxEntries = cfg.MaxConns - 1 // and one descriptor for the acceptor
+		p.acceptSlot = make(chan struct{}, 1)
 	}
 	p.cache, err = epcache.New(epcache.Config[int, *conn]{
 		Create:        p.create,
@@ -169,8 +250,11 @@ func Listen(cfg Config) (*Peer, error) {
 		CreateTimeout: cfg.CreateTimeout,
 		Retry:         cfg.Retry,
 		ErrorTTL:      cfg.ErrorTTL,
+		MaxEntries:    maxEntries,
+		IdleTimeout:   cfg.IdleTimeout,
 	})
 	if err != nil {
+		p.cancel()
 		_ = ln.Close()
 		return nil, fmt.Errorf("tcp: peer %d: %w", cfg.ID, err)
 	}
@@ -199,6 +283,10 @@ func (cfg *Config) fill() error {
 		return fmt.Errorf("tcp: Config.ErrorTTL is %v; want 0 (failures not remembered) or a positive duration", cfg.ErrorTTL)
 	case cfg.RecvBuffer < 0:
 		return fmt.Errorf("tcp: Config.RecvBuffer is %d; want 0 (default) or a positive count", cfg.RecvBuffer)
+	case cfg.MaxConns < 0 || cfg.MaxConns == 1:
+		return fmt.Errorf("tcp: Config.MaxConns is %d; want 0 (no bound) or at least 2 (one for the connection being accepted, one to hold)", cfg.MaxConns)
+	case cfg.IdleTimeout < 0:
+		return fmt.Errorf("tcp: Config.IdleTimeout is %v; want 0 (connections never expire) or a positive duration", cfg.IdleTimeout)
 	}
 	if cfg.MaxFrame == 0 {
 		cfg.MaxFrame = DefaultMaxFrame
@@ -239,17 +327,25 @@ func (p *Peer) Addr() string { return p.ln.Addr().String() }
 // connection lasts.
 //
 // Send returns once the frame is written to the connection, not once it is
-// received. It blocks while the connection is being made and while TCP flow
-// control holds the write back (the receiver is not calling Recv). ctx
-// bounds both: on cancellation Send returns ctx.Err(), and a write cut short
-// tears the connection down.
+// received. It blocks while the connection is being made, while it waits for
+// room (Config.MaxConns) or for a peer that answered "busy", and while TCP
+// flow control holds the write back (the receiver is not calling Recv). ctx
+// bounds all of it: on cancellation Send returns ctx.Err(), and a write cut
+// short tears the connection down.
+//
+// A connection that ends before Send has written a byte on it (the other
+// end closed it, for idleness or to make room, or an earlier write broke
+// it) is dropped and Send uses another: such a frame is sent once, on the
+// next connection. A frame written on a connection that is closed
+// gracefully (eviction, idle removal, at either end) is delivered.
 //
 // Errors: ErrFrameTooLarge beyond MaxFrame; ErrSelf; an error wrapping
 // directory.ErrUnknownPeer for a peer outside the directory; the connection
-// error (remembered for Config.ErrorTTL); an I/O error, after which the
-// connection is given up (with epcache's CompareAndInvalidate, so that only
-// this connection is dropped) and the next Send reconnects; ErrClosed once
-// Close has begun. The payload is not retained.
+// error (remembered for Config.ErrorTTL); an I/O error after part of the
+// frame was written, after which the connection is given up (with
+// epcache's CompareAndInvalidate, so that only this connection is dropped)
+// and the next Send reconnects; ErrClosed once Close has begun. The payload
+// is not retained.
 func (p *Peer) Send(ctx context.Context, to int, payload []byte) error {
 	switch {
 	case len(payload) > p.maxFrame:
@@ -259,19 +355,46 @@ func (p *Peer) Send(ctx context.Context, to int, payload []byte) error {
 	case to < 0 || to >= p.dir.Size():
 		return fmt.Errorf("tcp: send to peer %d: %w (peers are 0 to %d)", to, directory.ErrUnknownPeer, p.dir.Size()-1)
 	}
-	// A lease, so that a failure report (this Send's, another's, the
-	// reader's) never closes the connection under this write: the cache
-	// closes it when the last Send using it is done.
-	lease, err := p.cache.Acquire(ctx, to)
-	if err != nil {
-		if errors.Is(err, epcache.ErrClosed) {
-			return ErrClosed
+	var backoff time.Duration
+	for {
+		// A lease, so that a failure report (this Send's, another's, the
+		// reader's), an eviction or an idle sweep never closes the
+		// connection under this write: the cache closes it when the last
+		// Send using it is done, and never evicts a leased one.
+		lease, err := p.cache.Acquire(ctx, to)
+		if err != nil {
+			if errors.Is(err, epcache.ErrClosed) {
+				return ErrClosed
+			}
+			if !errors.Is(err, ErrBusy) || ctx.Err() != nil {
+				return err
+			}
+			// The peer had no room and connects back when it has; this
+			// peer's own attempt gave its room up meanwhile. A busy answer
+			// is no failure of the peer's: not remembered (ErrorTTL).
+			p.stats.busyRetries.Add(1)
+			p.cache.Forget(to)
+			backoff = min(max(2*backoff, time.Millisecond), 64*time.Millisecond)
+			if err := p.pause(ctx, backoff/2+rand.N(backoff/2)); err != nil {
+				return err
+			}
+			continue
 		}
-		return err
-	}
-	defer lease.Release()
-	c := lease.Value()
-	if err := c.writeFrame(ctx, payload); err != nil {
+		c := lease.Value()
+		if c.ended.Load() {
+			// The other end has closed it, or it failed: not a byte of
+			// this frame written, so another connection may carry it.
+			lease.Release()
+			p.cache.CompareAndInvalidate(to, c)
+			p.stats.resent.Add(1)
+			continue
+		}
+		wrote, err := c.writeFrame(ctx, payload)
+		lease.Release()
+		if err == nil {
+			p.stats.sent.Add(1)
+			return nil
+		}
 		p.cache.CompareAndInvalidate(to, c)
 		select {
 		case <-p.done:
@@ -281,10 +404,27 @@ func (p *Peer) Send(ctx context.Context, to int, payload []byte) error {
 		if err == ctx.Err() {
 			return err
 		}
+		if !wrote {
+			p.stats.resent.Add(1)
+			continue // nothing of the frame left this peer: another connection carries it
+		}
 		return fmt.Errorf("tcp: send to peer %d: %w", to, err)
 	}
-	p.stats.sent.Add(1)
-	return nil
+}
+
+// pause waits d, or returns ctx.Err() or ErrClosed if ctx ends or Close
+// begins first.
+func (p *Peer) pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-p.done:
+		return ErrClosed
+	}
 }
 
 // Recv returns the next frame received from any peer. It blocks until one
@@ -305,17 +445,22 @@ func (p *Peer) Recv(ctx context.Context) (Message, error) {
 func (p *Peer) Stats() Stats {
 	s := &p.stats
 	return Stats{
-		DialAttempts: s.dialAttempts.Load(),
-		Dialed:       s.dialed.Load(),
-		Accepted:     s.accepted.Load(),
-		Closed:       s.closed.Load(),
-		Duplicates:   s.duplicates.Load(),
-		Refused:      s.refused.Load(),
-		NotPublished: s.notPublished.Load(),
-		BadFrames:    s.badFrames.Load(),
-		Sent:         s.sent.Load(),
-		Received:     s.received.Load(),
-		Cache:        p.cache.Stats(),
+		DialAttempts:    s.dialAttempts.Load(),
+		Dialed:          s.dialed.Load(),
+		Accepted:        s.accepted.Load(),
+		Closed:          s.closed.Load(),
+		Duplicates:      s.duplicates.Load(),
+		Refused:         s.refused.Load(),
+		NotPublished:    s.notPublished.Load(),
+		BadFrames:       s.badFrames.Load(),
+		Sent:            s.sent.Load(),
+		Received:        s.received.Load(),
+		Busy:            s.busy.Load(),
+		BusyRetries:     s.busyRetries.Load(),
+		Resent:          s.resent.Load(),
+		Descriptors:     s.fds.Load(),
+		PeakDescriptors: s.peak.Load(),
+		Cache:           p.cache.Stats(),
 	}
 }
 
@@ -336,6 +481,7 @@ func (p *Peer) Close() error {
 	}
 	p.closed = true // from now on, no connection is registered and no goroutine started
 	close(p.done)
+	p.cancel()
 	p.mu.Unlock()
 
 	errLn := p.ln.Close()
@@ -359,11 +505,28 @@ func (p *Peer) Close() error {
 
 // acceptLoop accepts connections until Close closes the listener, and hands
 // each to a goroutine of its own for the handshake and then the reads.
+// With MaxConns, it calls Accept only while it holds the accept slot, which
+// the connection it accepts keeps until the cache owns it or it is closed:
+// the acceptor never holds more than one descriptor outside the cache's
+// room, and the connections it does not take yet wait in the kernel's
+// backlog.
 func (p *Peer) acceptLoop() {
 	defer p.wg.Done()
 	for {
+		if p.acceptSlot != nil {
+			select {
+			case p.acceptSlot <- struct{}{}:
+			case <-p.done:
+				return
+			}
+		}
+		p.stats.fdOpening()
 		nc, err := p.ln.Accept()
 		if err != nil {
+			p.stats.fdClosed()
+			if p.acceptSlot != nil {
+				<-p.acceptSlot
+			}
 			select {
 			case <-p.done:
 				return
@@ -372,7 +535,8 @@ func (p *Peer) acceptLoop() {
 			}
 		}
 		p.stats.accepted.Add(1)
-		c := &conn{p: p, nc: nc}
+		c := newConn(p, nc)
+		c.slot.Store(p.acceptSlot != nil)
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()

@@ -69,6 +69,7 @@ const (
 	reasonUnknownPeer        // the dialer's id is not in the directory
 	reasonSelf               // the dialer claims the acceptor's own id
 	reasonClosing            // the acceptor is closing
+	reasonBusy               // the acceptor has no room for the connection now (MaxConns); it connects back
 )
 
 func (r reason) String() string {
@@ -81,6 +82,8 @@ func (r reason) String() string {
 		return "the dialer claims the acceptor's id"
 	case reasonClosing:
 		return "the peer is closing"
+	case reasonBusy:
+		return "the peer is busy"
 	default:
 		return fmt.Sprintf("reason %d", uint8(r))
 	}

@@ -41,7 +41,7 @@ type Config struct {
 
 	// Directory is where the peer publishes its worker's address and looks
 	// up the others'.
-	Directory *directory.Directory
+	Directory directory.Interface
 
 	// Context is the UCP context the peer's worker is made from. Peers of
 	// one process may share one.
@@ -139,7 +139,7 @@ type peerCounters struct {
 // methods are safe for concurrent use. Make one with [Start].
 type Peer struct {
 	id         int
-	dir        *directory.Directory
+	dir        directory.Interface
 	w          *Worker
 	cache      *epcache.Cache[int, *Endpoint]
 	maxMessage int
