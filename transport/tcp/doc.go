@@ -5,8 +5,9 @@
 // endpoints; it is not a framework (no authentication, no reconnection
 // policy beyond the cache's, no flow control beyond TCP's).
 //
-// A [Peer] has a numeric id (its number in the directory), a listener on
-// 127.0.0.1 whose address it publishes, and an epcache.Cache from peer id to
+// A [Peer] has a numeric id (its number in the directory), a listener (on
+// 127.0.0.1 unless Config.ListenAddr says otherwise) whose address it
+// publishes, and an epcache.Cache from peer id to
 // connection. [Peer.Send] gets the connection from the cache and writes one
 // length-prefixed frame; [Peer.Recv] returns the frames that the peer's
 // reader goroutines (one per connection) deliver. [Peer.Stats] has the

@@ -44,7 +44,21 @@ type Config struct {
 	// others': the in-process *directory.Directory for peers in one
 	// process, or a directory backed by a store, such as etcddir's (module
 	// github.com/epcache/epcache/etcd), for peers in separate processes.
+	// If it is a directory.Watcher too, a peer that publishes again (it
+	// restarted) is forgotten at once: a failure to reach it that ErrorTTL
+	// remembers no longer holds Sends to it back.
 	Directory directory.Interface
+
+	// ListenAddr is the address the peer listens on; "127.0.0.1:0" (a
+	// free port on loopback) if empty. Across hosts, listen on an address
+	// the other hosts reach, such as ":7000" or "10.0.0.5:0".
+	ListenAddr string
+
+	// AdvertiseAddr is the address the peer publishes in Directory; the
+	// listener's own address if empty. Set it when the listener's address
+	// is not the one the others dial (":7000" listens on every interface;
+	// the others need "host-5:7000").
+	AdvertiseAddr string
 
 	// MaxFrame is the largest payload Send sends and the reader accepts, in
 	// bytes; DefaultMaxFrame if 0, at most MaxFrameLimit.
@@ -172,7 +186,7 @@ func (s *counters) fdOpening() {
 // to make it) returned.
 func (s *counters) fdClosed() { s.fds.Add(-1) }
 
-// Peer is one process of the job: a TCP listener on 127.0.0.1, a published
+// Peer is one process of the job: a TCP listener (Config.ListenAddr), a published
 // address, and an endpoint cache of connections to the other peers. Its
 // methods are safe for concurrent use. Make one with [Listen].
 type Peer struct {
@@ -180,6 +194,7 @@ type Peer struct {
 	inc       uint64 // incarnation: tells the other peers that this is a new life of id
 	dir       directory.Interface
 	ln        net.Listener
+	stopWatch func() // of the directory's watch, if it has one
 	cache     *epcache.Cache[int, *conn]
 	dialer    net.Dialer
 	maxFrame  int
@@ -209,9 +224,10 @@ type Peer struct {
 	conns  map[*conn]struct{} // every open connection end, handshaking and cached ones included
 }
 
-// Listen starts a peer: it listens on 127.0.0.1 (a port of the kernel's
-// choosing), starts a goroutine that accepts connections, and publishes the
-// address in cfg.Directory as cfg.ID's, replacing what was there (a
+// Listen starts a peer: it listens on cfg.ListenAddr (by default a port of
+// the kernel's choosing on 127.0.0.1), starts a goroutine that accepts
+// connections, and publishes the address (cfg.AdvertiseAddr, if set) in
+// cfg.Directory as cfg.ID's, replacing what was there (a
 // restarted peer republishes this way; the directory's delay applies). It
 // returns an error naming the first invalid field of cfg, or the error of
 // listening or publishing. Call Close to stop the peer and free what it
@@ -220,9 +236,13 @@ func Listen(cfg Config) (*Peer, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
-		return nil, fmt.Errorf("tcp: peer %d: %w", cfg.ID, err)
+		return nil, fmt.Errorf("tcp: peer %d: listen on %s: %w", cfg.ID, cfg.ListenAddr, err)
+	}
+	advertise := ln.Addr().String()
+	if cfg.AdvertiseAddr != "" {
+		advertise = cfg.AdvertiseAddr
 	}
 	p := &Peer{
 		id:        cfg.ID,
@@ -260,7 +280,16 @@ func Listen(cfg Config) (*Peer, error) {
 	}
 	p.wg.Add(1)
 	go p.acceptLoop()
-	if err := p.dir.Publish(p.id, ln.Addr().String()); err != nil {
+	if w, ok := p.dir.(directory.Watcher); ok {
+		// A peer that publishes again has restarted: a failure of it
+		// remembered for ErrorTTL is forgotten at once.
+		p.stopWatch = w.Watch(func(peer int, _ string) {
+			if peer != p.id {
+				p.cache.Forget(peer)
+			}
+		})
+	}
+	if err := p.dir.Publish(p.id, advertise); err != nil {
 		_ = p.Close()
 		return nil, fmt.Errorf("tcp: peer %d: %w", cfg.ID, err)
 	}
@@ -302,6 +331,9 @@ func (cfg *Config) fill() error {
 	}
 	if cfg.RecvBuffer == 0 {
 		cfg.RecvBuffer = DefaultRecvBuffer
+	}
+	if cfg.ListenAddr == "" {
+		cfg.ListenAddr = "127.0.0.1:0"
 	}
 	return nil
 }
@@ -484,6 +516,9 @@ func (p *Peer) Close() error {
 	p.cancel()
 	p.mu.Unlock()
 
+	if p.stopWatch != nil {
+		p.stopWatch()
+	}
 	errLn := p.ln.Close()
 	errCache := p.cache.Close()
 	p.mu.Lock()
