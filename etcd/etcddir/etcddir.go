@@ -37,9 +37,9 @@ import (
 	"time"
 
 	"github.com/epcache/epcache/transport/directory"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Defaults of Options.

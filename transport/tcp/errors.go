@@ -47,8 +47,16 @@ var ErrBusy = errors.New("tcp: the peer has no room for another connection now")
 // directory.ErrNotPublished)), or the attempt lost a simultaneous connect
 // whose winner did not arrive ([ErrSuperseded]). Any other failure (a
 // refused dial, a failed handshake, an unknown peer) is final, and
-// Config.ErrorTTL decides how long it is remembered. It is meant for
-// epcache.Backoff's retryable argument.
+// Config.ErrorTTL decides how long it is remembered. So is a peer whose
+// address was withdrawn (a [*directory.NotPublishedError] with Withdrawn
+// set: it died, or its lease in etcd expired): retrying it would hold every
+// Send to it until CreateTimeout, when it comes back only by publishing
+// again, which a watching directory reports (Config.Directory). It is
+// meant for epcache.Backoff's retryable argument.
 func Retryable(err error) bool {
+	var np *directory.NotPublishedError
+	if errors.As(err, &np) && np.Withdrawn {
+		return false
+	}
 	return errors.Is(err, directory.ErrNotPublished) || errors.Is(err, ErrSuperseded)
 }

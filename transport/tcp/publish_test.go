@@ -146,18 +146,34 @@ func TestSendContext(t *testing.T) {
 	assert.Equal(t, context.DeadlineExceeded, err)
 }
 
+// hiding is a directory in which one peer's address is not published yet,
+// as peer 0 below sees it (a publication that has not reached it).
+type hiding struct {
+	directory.Interface
+	peer int
+}
+
+func (h hiding) Lookup(peer int) (string, error) {
+	if peer == h.peer {
+		return "", &directory.NotPublishedError{Peer: peer}
+	}
+	return h.Interface.Lookup(peer)
+}
+
 // TestConnectedWhileWaitingForAddress: peer 0 waits for peer 1's address,
-// which it cannot see (withdrawn, here), while peer 1, which sees peer 0's,
-// connects to it. Peer 0 is not dialing while it waits for an address, so
-// it accepts peer 1's connection, and its next attempt adopts it: its send
-// completes without the address and without a dial.
+// which it cannot see yet, while peer 1, which sees peer 0's, connects to
+// it. Peer 0 is not dialing while it waits for an address, so it accepts
+// peer 1's connection, and its next attempt adopts it: its send completes
+// without the address and without a dial.
 func TestConnectedWhileWaitingForAddress(t *testing.T) {
 	baseline := openFDs(t)
 	m := startMesh(t, 2, 0, 0, func(c *tcp.Config) {
 		c.Retry = epcache.Backoff(time.Millisecond, 10*time.Millisecond, 0, tcp.Retryable)
+		if c.ID == 0 {
+			c.Directory = hiding{c.Directory, 1}
+		}
 	})
 	a, b := m.peers[0], m.peers[1]
-	require.True(t, m.dir.Unpublish(1))
 
 	errc := make(chan error, 1)
 	go func() { errc <- a.Send(context.Background(), 1, payload(0, 0, 0)) }()

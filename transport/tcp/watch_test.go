@@ -82,3 +82,14 @@ func TestWatchForgetsARestartedPeer(t *testing.T) {
 	require.NoError(t, p1.Close())
 	checkFDs(t, baseline)
 }
+
+// A peer not published yet is worth waiting for; one whose address was
+// withdrawn (it died, or its lease expired) is not: its failure is final,
+// and ErrorTTL remembers it until it publishes again.
+func TestRetryableWithdrawn(t *testing.T) {
+	assert.True(t, tcp.Retryable(&directory.NotPublishedError{Peer: 1}))
+	assert.True(t, tcp.Retryable(&directory.NotPublishedError{Peer: 1, Pending: true}))
+	assert.False(t, tcp.Retryable(&directory.NotPublishedError{Peer: 1, Withdrawn: true}))
+	assert.True(t, tcp.Retryable(tcp.ErrSuperseded))
+	assert.False(t, tcp.Retryable(syscall.ECONNREFUSED))
+}

@@ -1,0 +1,365 @@
+// Command epmesh runs a mesh of separate processes on this machine, each a
+// transport/tcp peer with its own endpoint cache, finding each other
+// through etcd: the embedded one it starts by default (package etcdtest),
+// or an existing cluster given with -etcd. It is the multi-process
+// counterpart of transport/tcp's in-process mesh tests and of epbench's
+// tcpstorm.
+//
+// The parent process starts N children (its own binary again, told by the
+// environment variable EPMESH_CHILD=1 that it is one), gives each a key
+// prefix in etcd unique to the run, its id and N, and drives them over
+// their stdin and stdout, one JSON object per line: requests from the
+// parent, replies from the children (proto.go). It runs three scenarios:
+//
+//   - mesh: every process sends -m messages to every other from -g
+//     goroutines, all at once. Checked: every message delivered exactly
+//     once; exactly one connection per pair (the sockets of every process,
+//     read from /proc and matched end to end, and the caches' counters:
+//     creations plus offers N(N-1), one offer per pair); every descriptor
+//     given back after close. Reported: the time until the mesh is complete
+//     (every process holds a connection to every other), dials,
+//     duplicates, descriptors before and after.
+//   - faults: the last process is killed with SIGKILL while the others
+//     send to it. Checked: their sends fail, none hangs; ErrorTTL bounds
+//     their dial attempts; once its lease (-ttl) expires, lookups say it is
+//     withdrawn; the others go on among themselves; it is started again (a
+//     new process, the same id, a new port) and republishes; the others
+//     learn of it through the directory's watch and reach it without
+//     waiting for ErrorTTL (where transport/tcp can forget a remembered
+//     failure: see the faults table's note); every message sent after it is
+//     back arrives, over one connection per pair.
+//   - storm: the connection storm of epbench's tcpstorm, across processes:
+//     every process gets an endpoint to every other from -g goroutines,
+//     through one of bench's comparators (-impl), each endpoint a loopback
+//     connection dialed after a modelled delay of -rtt. Reported: the time
+//     until the mesh is complete, median of -count runs, comparators side
+//     by side.
+//
+// Run `epmesh -h` for the flags. It exits with status 1 if a run broke a
+// promise above, and prints what.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/epcache/epcache/bench"
+	"github.com/epcache/epcache/etcd/etcdtest"
+)
+
+func main() {
+	if os.Getenv(childEnv) == "1" {
+		if err := runChild(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "epmesh child:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
+	var ue usageError
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+	case errors.As(err, &ue):
+		fmt.Fprintln(os.Stderr, "epmesh:", err)
+		fmt.Fprintln(os.Stderr, "run 'epmesh -h' for the flags")
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "epmesh:", err)
+		os.Exit(1)
+	}
+}
+
+// usageError is a bad flag: exit status 2.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// Scenarios, in the order they run.
+var scenarios = []string{"mesh", "faults", "storm"}
+
+type options struct {
+	ns          []int
+	m, g        int
+	scenarios   []string
+	impls       []string
+	rtts        []time.Duration
+	count       int
+	ttl         time.Duration
+	errorTTL    time.Duration
+	hammer      time.Duration
+	etcd        []string
+	prefix      string
+	json        bool
+	out         string
+	timeout     time.Duration
+	sendTimeout time.Duration
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("epmesh", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	ns := &listFlag[int]{vals: []int{8}, parse: intAtLeast("-n", 2)}
+	scen := &listFlag[string]{vals: scenarios, parse: oneOf("-scenario", scenarios...)}
+	impls := &listFlag[string]{vals: []string{"epcache", "mutex"}, parse: oneOf("-impl", bench.ImplNames()...)}
+	rtts := &listFlag[time.Duration]{vals: []time.Duration{0, 5 * time.Millisecond}, parse: nonNegativeDuration("-rtt")}
+	var etcd string
+	fs.Var(ns, "n", "processes, a list such as 8,32: every scenario runs for each")
+	fs.IntVar(&o.m, "m", 100, "mesh, faults: messages per ordered pair of processes")
+	fs.IntVar(&o.g, "g", 4, "goroutines per process sending (mesh, faults) or getting endpoints (storm)")
+	fs.Var(scen, "scenario", "scenarios to run: "+strings.Join(scenarios, ", "))
+	fs.Var(impls, "impl", "storm: comparators, side by side: "+strings.Join(bench.ImplNames(), ", "))
+	fs.Var(rtts, "rtt", "storm: modelled network delay, paid once per endpoint before its dial (as epbench's tcpstorm), such as 0,5ms")
+	fs.IntVar(&o.count, "count", 3, "storm: runs of each comparator and rtt; tables show medians")
+	fs.DurationVar(&o.ttl, "ttl", 2*time.Second, "lease TTL of each process's address in etcd: a killed process leaves the directory this long after its last keep-alive (at least 1s)")
+	fs.DurationVar(&o.errorTTL, "error-ttl", 30*time.Second, "tcp.Config.ErrorTTL: how long a failed connection is the answer for its peer")
+	fs.DurationVar(&o.hammer, "hammer", 1500*time.Millisecond, "faults: how long the others go on sending to the killed process")
+	fs.StringVar(&etcd, "etcd", "", "etcd client URLs, comma-separated; empty: start an embedded etcd on loopback")
+	fs.StringVar(&o.prefix, "prefix", "", "etcd key prefix of this invocation, ending in /; empty: /epmesh/<random>/")
+	fs.BoolVar(&o.json, "json", false, "print one JSON document instead of tables")
+	fs.StringVar(&o.out, "out", "", "also write the JSON document to this file")
+	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "bound on every wait: for messages, addresses, a storm")
+	fs.DurationVar(&o.sendTimeout, "send-timeout", 5*time.Second, "bound on each Send: one that reaches it counts as hung")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: epmesh [flags]\n\nRuns N processes, each a transport/tcp peer finding the others through etcd, and checks the mesh they make.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return o, usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	o.ns, o.scenarios, o.impls, o.rtts = ns.vals, scen.vals, impls.vals, rtts.vals
+	switch {
+	case o.m < 1:
+		return o, usageError{fmt.Errorf("-m %d: want at least 1", o.m)}
+	case o.g < 1:
+		return o, usageError{fmt.Errorf("-g %d: want at least 1", o.g)}
+	case o.count < 1:
+		return o, usageError{fmt.Errorf("-count %d: want at least 1", o.count)}
+	case o.ttl < time.Second:
+		return o, usageError{fmt.Errorf("-ttl %v: want at least 1s (etcd counts leases in seconds)", o.ttl)}
+	case o.errorTTL <= 0:
+		return o, usageError{fmt.Errorf("-error-ttl %v: want a positive duration", o.errorTTL)}
+	case o.hammer <= 0 || o.timeout <= 0 || o.sendTimeout <= 0:
+		return o, usageError{errors.New("-hammer, -timeout and -send-timeout must be positive")}
+	case o.prefix != "" && !strings.HasSuffix(o.prefix, "/"):
+		return o, usageError{fmt.Errorf("-prefix %q: want a prefix ending in /", o.prefix)}
+	}
+	for u := range strings.SplitSeq(etcd, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			o.etcd = append(o.etcd, u)
+		}
+	}
+	return o, nil
+}
+
+// Report is everything one invocation measured; -json prints it.
+type Report struct {
+	Etcd     []string       `json:"etcd"`
+	Embedded bool           `json:"embedded"` // etcd was started by epmesh
+	Prefix   string         `json:"prefix"`
+	Machine  Machine        `json:"machine"`
+	Mesh     []MeshResult   `json:"mesh,omitempty"`
+	Faults   []FaultsResult `json:"faults,omitempty"`
+	Storm    []StormResult  `json:"storm,omitempty"`
+}
+
+// Machine is where the processes ran.
+type Machine struct {
+	GOOS   string `json:"goos"`
+	GOARCH string `json:"goarch"`
+	CPUs   int    `json:"cpus"`
+	Go     string `json:"go"`
+}
+
+// violations counts the broken promises of every run in r.
+func (r *Report) violations() int {
+	n := 0
+	for _, m := range r.Mesh {
+		n += len(m.Violations)
+	}
+	for _, f := range r.Faults {
+		n += len(f.Violations)
+	}
+	for _, s := range r.Storm {
+		n += len(s.Violations)
+	}
+	return n
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding this binary to start the processes: %w", err)
+	}
+	rep, err := measure(ctx, o, self, stderr)
+	if o.out != "" {
+		b, jerr := json.MarshalIndent(rep, "", "  ")
+		if jerr == nil {
+			jerr = os.WriteFile(o.out, append(b, '\n'), 0o644)
+		}
+		if jerr != nil && err == nil {
+			err = jerr
+		}
+	}
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if jerr := enc.Encode(rep); jerr != nil && err == nil {
+			err = jerr
+		}
+	} else if werr := writeTables(stdout, rep); werr != nil && err == nil {
+		err = werr
+	}
+	if err != nil {
+		return err
+	}
+	if n := rep.violations(); n > 0 {
+		return fmt.Errorf("%d broken promises; see the tables", n)
+	}
+	return nil
+}
+
+// measure runs every scenario for every N, starting an embedded etcd first
+// unless o.etcd names a cluster. Progress goes to stderr.
+func measure(ctx context.Context, o options, self string, stderr io.Writer) (*Report, error) {
+	if _, ok := stderr.(*os.File); !ok {
+		// The children's stderr is copied to it by a goroutine each.
+		stderr = &syncWriter{w: stderr}
+	}
+	rep := &Report{Etcd: o.etcd, Machine: Machine{runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version()}}
+	if len(o.etcd) == 0 {
+		srv, err := etcdtest.Start("")
+		if err != nil {
+			return rep, err
+		}
+		defer srv.Close()
+		o.etcd, rep.Etcd, rep.Embedded = []string{srv.URL()}, []string{srv.URL()}, true
+	}
+	if o.prefix == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		o.prefix = "/epmesh/" + hex.EncodeToString(b[:]) + "/"
+	}
+	rep.Prefix = o.prefix
+	e := &env{o: o, self: self, endpoints: o.etcd, stderr: stderr}
+	for _, n := range o.ns {
+		for _, sc := range scenarios {
+			if !slices.Contains(o.scenarios, sc) {
+				continue
+			}
+			t0 := time.Now()
+			var err error
+			switch sc {
+			case "mesh":
+				var r MeshResult
+				r, err = runMesh(ctx, e, n)
+				rep.Mesh = append(rep.Mesh, r)
+			case "faults":
+				var r FaultsResult
+				r, err = runFaults(ctx, e, n)
+				rep.Faults = append(rep.Faults, r)
+			case "storm":
+				var rs []StormResult
+				rs, err = runStorm(ctx, e, n)
+				rep.Storm = append(rep.Storm, rs...)
+			}
+			if err != nil {
+				return rep, fmt.Errorf("%s with %d processes: %w", sc, n, err)
+			}
+			fmt.Fprintf(stderr, "epmesh: %s with %d processes: %v\n", sc, n, time.Since(t0).Round(time.Millisecond))
+		}
+	}
+	return rep, nil
+}
+
+// listFlag is a comma-separated flag of T.
+type listFlag[T any] struct {
+	vals  []T
+	parse func(string) (T, error)
+}
+
+func (l *listFlag[T]) String() string {
+	parts := make([]string, len(l.vals))
+	for i, v := range l.vals {
+		parts[i] = fmt.Sprint(v)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *listFlag[T]) Set(s string) error {
+	var vals []T
+	for part := range strings.SplitSeq(s, ",") {
+		v, err := l.parse(strings.TrimSpace(part))
+		if err != nil {
+			return err
+		}
+		vals = append(vals, v)
+	}
+	l.vals = vals
+	return nil
+}
+
+func oneOf(name string, allowed ...string) func(string) (string, error) {
+	return func(s string) (string, error) {
+		if !slices.Contains(allowed, s) {
+			return "", fmt.Errorf("%s %q: want one of %s", name, s, strings.Join(allowed, ", "))
+		}
+		return s, nil
+	}
+}
+
+func intAtLeast(name string, least int) func(string) (int, error) {
+	return func(s string) (int, error) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < least {
+			return 0, fmt.Errorf("%s %q: want an integer of at least %d", name, s, least)
+		}
+		return n, nil
+	}
+}
+
+func nonNegativeDuration(name string) func(string) (time.Duration, error) {
+	return func(s string) (time.Duration, error) {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return 0, fmt.Errorf("%s %q: want a duration of 0 or more, such as 5ms", name, s)
+		}
+		return d, nil
+	}
+}
+
+// syncWriter serialises the writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
