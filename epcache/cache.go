@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -149,6 +150,13 @@ func (c *Cache[K, V]) obtain(ctx context.Context, key K, lease bool) (v V, l Lea
 			return v, l, err
 		case shard.Failed:
 			f := st.Flight()
+			if _, err := f.Result(); err == errNoRoomClaimer {
+				// A claim whose claimer left the wait for room, seen
+				// between its answer and its settling: the slot is about
+				// to be Empty.
+				runtime.Gosched()
+				continue
+			}
 			// A zero Until marks a timed-out Create still running.
 			if until := f.Until(); until.IsZero() || time.Now().Before(until) {
 				c.stats.of(unsafe.Pointer(s)).errorHits.Add(1)

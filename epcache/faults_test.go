@@ -53,6 +53,20 @@ import (
 //	  Close, with Release panicking or
 //	  calling back
 //	Offer racing creations and Invalidate    TestOfferAnswersACreationInFlight, TestLeaseAndOfferStress
+//
+// With MaxEntries and IdleTimeout, the cases at the end of this file, each
+// of which also checks that all the room comes back:
+//
+//	Release panics, Goexit (eviction)        TestFaultReleaseFailsInEviction
+//	Release panics, Goexit (idle sweep)      TestFaultReleaseFailsInIdleSweep,
+//	                                         TestFaultGoexitInIdleSweepDelaysNoOtherRemoval
+//	Create fails holding room (error,        TestFaultFailedCreationGivesRoomBack
+//	  retries, panic, Goexit, timeout)
+//	CreateTimeout with MaxEntries            TestFaultCreateTimeoutHoldsRoomUntilCreateReturns
+//	Close while creations wait for room      TestFaultCloseWhileCreationsWaitForRoom, TestCloseWakesRoomWaiters
+//	Offer racing evictions                   TestFaultOfferRacesEviction
+//	waits for room that never end; a lease   room_race_test.go
+//	  of a value already evicted
 
 // faultCase runs body in a synctest bubble for every hash variant.
 func faultCase(t *testing.T, body func(t *testing.T, hash func(int) uint64)) {
@@ -572,4 +586,421 @@ func TestFaultLeases(t *testing.T) {
 			})
 		})
 	}
+}
+
+// The fault matrix under MaxEntries and IdleTimeout. Each case also checks
+// that the room comes back: Stats.Room is 0 once Close has returned and no
+// lease is held (roomBack), beside newCache's ledger check.
+
+// roomBack closes c and checks that every unit of room came back.
+func roomBack(t *testing.T, c *epcache.Cache[int, *conn]) error {
+	t.Helper()
+	err := c.Close()
+	st := c.Stats()
+	assert.Zero(t, st.Room, "room still taken after Close, with no lease held: %+v", st)
+	assert.Zero(t, st.Lingering)
+	return err
+}
+
+// An eviction's Release runs on a goroutine of the cache's own. One that
+// panics, or calls runtime.Goexit, ends that goroutine and nothing else: its
+// room still comes back (the creation that waited for it goes on), the
+// value counts as released, and Close reports it, beside its own.
+func TestFaultReleaseFailsInEviction(t *testing.T) {
+	for _, mode := range []string{"panic", "goexit"} {
+		t.Run("release="+mode, func(t *testing.T) {
+			faultCase(t, func(t *testing.T, hash func(int) uint64) {
+				l := newLedger()
+				var m meter
+				create, release := metered(l, &m)
+				c := newCache(t, l, hash, func(cfg *epcache.Config[int, *conn]) {
+					cfg.MaxEntries, cfg.Create = 2, create
+					cfg.Release = func(k int, v *conn) {
+						release(k, v)
+						if k < 3 { // keys 1 and 2: one is evicted, the other released by Close
+							if mode == "panic" {
+								panic("endpoint " + v.String() + " would not close")
+							}
+							runtime.Goexit()
+						}
+					}
+				})
+				ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+				defer cancel()
+				for k := 1; k <= 3; k++ {
+					_, err := c.Get(ctx, k) // key 3 evicts key 1 or 2
+					require.NoError(t, err, "Get(%d): the room of the failed Release never came back", k)
+				}
+				synctest.Wait()
+				st := c.Stats()
+				assert.EqualValues(t, 1, st.Evictions)
+				assert.EqualValues(t, 1, st.Releases)
+				assert.EqualValues(t, 2, st.Room)
+				assert.LessOrEqual(t, m.peak.Load(), int64(2))
+				if mode == "panic" {
+					assert.EqualValues(t, 1, st.ReleasePanics)
+				}
+				// The cache goes on: another eviction, of key 3 or of key 1's
+				// or 2's survivor.
+				_, err := c.Get(ctx, 4)
+				require.NoError(t, err)
+				synctest.Wait()
+				err = roomBack(t, c)
+				want := "panicked"
+				if mode == "goexit" {
+					want = "called runtime.Goexit"
+				}
+				require.Error(t, err, "Close reports the failed Releases")
+				assert.Equal(t, 2, strings.Count(err.Error(), "epcache: Release of key"), "one for the eviction, one for Close's own: %v", err)
+				if mode == "panic" {
+					var pe *epcache.PanicError
+					assert.ErrorAs(t, err, &pe)
+					assert.Contains(t, err.Error(), "would not close")
+				} else {
+					assert.Contains(t, err.Error(), want)
+				}
+				assert.LessOrEqual(t, m.peak.Load(), int64(2))
+			})
+		})
+	}
+}
+
+// The Releases of an idle sweep run on a goroutine of the cache's (the
+// sweep's, or one of their own). One that panics or calls runtime.Goexit
+// stops no later sweep (a value used afterwards is removed on time), and
+// Close reports it.
+func TestFaultReleaseFailsInIdleSweep(t *testing.T) {
+	const idle = time.Minute
+	for _, mode := range []string{"panic", "goexit"} {
+		t.Run("release="+mode, func(t *testing.T) {
+			faultCase(t, func(t *testing.T, hash func(int) uint64) {
+				l := newLedger()
+				released := map[int]time.Time{}
+				var mu sync.Mutex
+				c := newCache(t, l, hash, func(cfg *epcache.Config[int, *conn]) {
+					cfg.IdleTimeout = idle
+					cfg.Release = func(k int, v *conn) {
+						l.release(k, v)
+						mu.Lock()
+						released[k] = time.Now()
+						mu.Unlock()
+						if k == 1 {
+							if mode == "panic" {
+								panic("endpoint " + v.String() + " would not close")
+							}
+							runtime.Goexit()
+						}
+					}
+				})
+				start := time.Now()
+				_, err := c.Get(context.Background(), 1)
+				require.NoError(t, err)
+				time.Sleep(idle * 5 / 4)
+				synctest.Wait()
+				assert.Zero(t, c.Len(), "key 1 was not removed idle")
+				// The sweeps go on: a value used now is removed on time.
+				_, err = c.Get(context.Background(), 2)
+				require.NoError(t, err)
+				used := time.Now()
+				time.Sleep(idle * 3 / 2)
+				synctest.Wait()
+				mu.Lock()
+				assert.Contains(t, released, 1)
+				if assert.Contains(t, released, 2, "the sweeps stopped after the failed Release") {
+					assert.LessOrEqual(t, released[2].Sub(used), idle*5/4)
+					assert.GreaterOrEqual(t, released[2].Sub(used), idle)
+				}
+				assert.LessOrEqual(t, released[1].Sub(start), idle*5/4)
+				mu.Unlock()
+				st := c.Stats()
+				assert.EqualValues(t, 2, st.IdleRemovals)
+				err = roomBack(t, c)
+				require.Error(t, err, "Close reports the failed Release")
+				assert.Equal(t, 1, strings.Count(err.Error(), "epcache: Release of key 1"), err.Error())
+			})
+		})
+	}
+}
+
+// A Release that calls runtime.Goexit in an idle sweep must not delay the
+// other removals of that sweep: each value is removed between IdleTimeout
+// and 5/4 of it after its last use, not a sweep later. (A Release run on
+// the sweep's own goroutine ends the sweep there, and the values it had
+// still to visit waited for the next one.)
+func TestFaultGoexitInIdleSweepDelaysNoOtherRemoval(t *testing.T) {
+	const idle, keys = time.Minute, 12
+	faultCase(t, func(t *testing.T, hash func(int) uint64) {
+		l := newLedger()
+		released := map[int]time.Time{}
+		var mu sync.Mutex
+		c := newCache(t, l, hash, func(cfg *epcache.Config[int, *conn]) {
+			cfg.IdleTimeout = idle
+			cfg.Release = func(k int, v *conn) {
+				l.release(k, v)
+				mu.Lock()
+				released[k] = time.Now()
+				mu.Unlock()
+				if k == 0 {
+					runtime.Goexit()
+				}
+			}
+		})
+		start := time.Now()
+		for k := range keys {
+			_, err := c.Get(context.Background(), k)
+			require.NoError(t, err)
+		}
+		time.Sleep(idle * 5 / 4)
+		synctest.Wait()
+		mu.Lock()
+		for k := range keys {
+			if assert.Contains(t, released, k, "key %d still held %v after its last use: the sweep that key 0's Release ended skipped it", k, time.Since(start)) {
+				assert.LessOrEqual(t, released[k].Sub(start), idle*5/4, "key %d", k)
+			}
+		}
+		mu.Unlock()
+		err := roomBack(t, c)
+		assert.ErrorContains(t, err, "epcache: Release of key 0 called runtime.Goexit")
+	})
+}
+
+// Creations that fail while they hold room (an error after retries, a
+// panic, runtime.Goexit, a CreateTimeout) give it back: a creation waiting
+// for room gets it, and Stats.Room is 0 once all is done.
+func TestFaultFailedCreationGivesRoomBack(t *testing.T) {
+	for _, mode := range []string{"error", "retry", "panic", "goexit", "timeout"} {
+		t.Run("create="+mode, func(t *testing.T) {
+			faultCase(t, func(t *testing.T, hash func(int) uint64) {
+				l := newLedger()
+				errRefused := errors.New("refused")
+				c := newCache(t, l, hash, func(cfg *epcache.Config[int, *conn]) {
+					cfg.MaxEntries = 1
+					cfg.CreateTimeout = time.Second
+					cfg.Create = func(ctx context.Context, k int) (*conn, error) {
+						l.enter(k)
+						defer l.leave(k)
+						time.Sleep(time.Millisecond) // the waiter queues meanwhile
+						if k == 1 {
+							switch mode {
+							case "error", "retry":
+								return nil, errRefused
+							case "panic":
+								panic("dial exploded")
+							case "goexit":
+								runtime.Goexit()
+							case "timeout":
+								<-ctx.Done()
+								time.Sleep(time.Second) // returns late, with nothing
+								return nil, ctx.Err()
+							}
+						}
+						return l.newConn(k), nil
+					}
+					if mode == "retry" {
+						cfg.Retry = epcache.Backoff(time.Millisecond, 4*time.Millisecond, 3, nil)
+					}
+				})
+				bg := context.Background()
+				failed := make(chan error, 1)
+				go func() {
+					_, err := c.Get(bg, 1) // takes the room, then fails
+					failed <- err
+				}()
+				synctest.Wait()
+				assert.EqualValues(t, 1, c.Stats().Room)
+				ctx, cancel := context.WithTimeout(bg, time.Hour)
+				defer cancel()
+				v, err := c.Get(ctx, 2) // waits for key 1's room
+				require.NoError(t, err, "the failed creation's room never came back")
+				assert.Equal(t, 2, v.key)
+				assert.Error(t, <-failed)
+				synctest.Wait()
+				st := c.Stats()
+				assert.EqualValues(t, 1, st.Room, "key 2's value, and nothing of key 1")
+				assert.EqualValues(t, 1, st.RoomWaits)
+				assert.Zero(t, st.Evictions)
+				require.NoError(t, roomBack(t, c))
+			})
+		})
+	}
+}
+
+// CreateTimeout and MaxEntries: a creation answered by its timeout whose
+// Create runs on still holds its room, so that values alive plus creations
+// running never exceed the cap; the room comes back when Create returns,
+// and the value it returns late is released.
+func TestFaultCreateTimeoutHoldsRoomUntilCreateReturns(t *testing.T) {
+	faultCase(t, func(t *testing.T, hash func(int) uint64) {
+		l := newLedger()
+		var m meter
+		c := newCache(t, l, hash, func(cfg *epcache.Config[int, *conn]) {
+			cfg.MaxEntries, cfg.CreateTimeout = 1, time.Second
+			cfg.Create = func(_ context.Context, k int) (*conn, error) {
+				m.add()
+				l.enter(k)
+				defer l.leave(k)
+				if k == 1 {
+					time.Sleep(10 * time.Second) // ignores its context
+				}
+				return l.newConn(k), nil
+			}
+			cfg.Release = func(k int, v *conn) {
+				l.release(k, v)
+				m.done()
+			}
+		})
+		bg := context.Background()
+		start := time.Now()
+		_, err := c.Get(bg, 1)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.EqualValues(t, 1, c.Stats().Room, "the timed-out Create still runs")
+		ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		_, err = c.Get(ctx, 2)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded, "a creation found room while the timed-out one ran")
+		assert.ErrorContains(t, err, "no room")
+		v, err := c.Get(bg, 2) // waits until key 1's Create returns, 10s in
+		require.NoError(t, err)
+		assert.Equal(t, 2, v.key)
+		assert.GreaterOrEqual(t, time.Since(start), 10*time.Second)
+		synctest.Wait()
+		assert.LessOrEqual(t, m.peak.Load(), int64(1), "values alive plus creations exceeded MaxEntries")
+		st := c.Stats()
+		assert.EqualValues(t, 2, st.Creates)
+		assert.EqualValues(t, 1, st.Releases, "the late value of key 1 is released")
+		assert.EqualValues(t, 1, st.Room)
+		require.NoError(t, roomBack(t, c))
+	})
+}
+
+// Close comes while creations wait for room (every value leased, some
+// creations in flight, their waiters behind them): every Get returns, with
+// a value or ErrClosed, no Create starts after Close, and once the leases
+// end every value has been released and all the room is back.
+func TestFaultCloseWhileCreationsWaitForRoom(t *testing.T) {
+	const maxEntries, waiters = 2, 12
+	faultCase(t, func(t *testing.T, hash func(int) uint64) {
+		l := newLedger()
+		var m meter
+		create, release := metered(l, &m)
+		c := newCache(t, l, hash, func(cfg *epcache.Config[int, *conn]) {
+			cfg.MaxEntries, cfg.Release = maxEntries, release
+			cfg.Create = func(ctx context.Context, k int) (*conn, error) {
+				time.Sleep(time.Millisecond)
+				return create(ctx, k)
+			}
+		})
+		bg := context.Background()
+		var leases []epcache.Lease[int, *conn]
+		for k := range maxEntries {
+			a, err := c.Acquire(bg, k)
+			require.NoError(t, err)
+			leases = append(leases, a)
+		}
+		var wg sync.WaitGroup
+		var closed, got atomic.Int32
+		for i := range waiters {
+			wg.Go(func() {
+				k := maxEntries + i%4 // three Gets of each key: a claimer and its waiters
+				v, err := c.Get(bg, k)
+				switch {
+				case errors.Is(err, epcache.ErrClosed):
+					closed.Add(1)
+				case err == nil:
+					got.Add(1)
+					assert.Equal(t, k, v.key)
+				default:
+					t.Errorf("Get(%d): %v", k, err)
+				}
+			})
+		}
+		synctest.Wait()
+		assert.EqualValues(t, 4, c.Stats().RoomWaits, "one claimer of each key waits for room")
+		leases[0].Release() // one unit: one creation runs when Close comes
+		time.Sleep(time.Microsecond)
+		require.NoError(t, c.Close())
+		wg.Wait()
+		assert.EqualValues(t, waiters, closed.Load()+got.Load())
+		assert.Positive(t, closed.Load())
+		calls := 0
+		for k := maxEntries; k < maxEntries+4; k++ {
+			calls += l.callsFor(k)
+		}
+		assert.LessOrEqual(t, calls, 1, "Creates started after Close")
+		assert.EqualValues(t, 1, c.Stats().Room, "the value still leased")
+		leases[1].Release()
+		assert.Zero(t, c.Stats().Room)
+		assert.LessOrEqual(t, m.peak.Load(), int64(maxEntries))
+		assert.Zero(t, m.live.Load())
+	})
+}
+
+// Offers race evictions: goroutines offer values for keys while others
+// create keys in a full cache, whose evictions take the offered values or
+// make room for them. An Offer stores its value only when there is room and
+// the key holds nothing; the cap holds throughout; every value the cache
+// took is released once, and every value it refused stays the caller's.
+func TestFaultOfferRacesEviction(t *testing.T) {
+	const maxEntries, keys, goroutines, ops = 3, 8, 8, 60
+	faultCase(t, func(t *testing.T, hash func(int) uint64) {
+		l := newLedger()
+		var m meter
+		create, release := metered(l, &m)
+		var releasedLeased atomic.Int32
+		c := newCache(t, l, hash, func(cfg *epcache.Config[int, *conn]) {
+			cfg.MaxEntries, cfg.Create = maxEntries, create
+			cfg.Release = func(k int, v *conn) {
+				if v.leases.Load() != 0 {
+					releasedLeased.Add(1)
+				}
+				release(k, v)
+			}
+		})
+		var wg sync.WaitGroup
+		var offered, refused atomic.Int32
+		for g := range goroutines {
+			wg.Go(func() {
+				r := rand.New(rand.NewPCG(uint64(g), 13))
+				for range ops {
+					k := r.IntN(keys)
+					switch r.IntN(3) {
+					case 0:
+						v := l.newConn(k)
+						if c.Offer(k, v) {
+							m.add() // counted from the Offer's return, as the meter says
+							offered.Add(1)
+						} else {
+							refused.Add(1)
+							l.keepBack(v)
+						}
+					case 1:
+						ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.IntN(3))*time.Millisecond)
+						a, err := c.Acquire(ctx, k)
+						cancel()
+						if err == nil {
+							v := a.Value()
+							v.leases.Add(1)
+							time.Sleep(time.Duration(r.IntN(2)) * time.Millisecond)
+							v.leases.Add(-1)
+							a.Release()
+						}
+					default:
+						ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.IntN(3))*time.Millisecond)
+						_, _ = c.Get(ctx, k)
+						cancel()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		synctest.Wait()
+		st := c.Stats()
+		assert.EqualValues(t, offered.Load(), st.Offers)
+		assert.Positive(t, offered.Load())
+		assert.Positive(t, refused.Load())
+		assert.Positive(t, st.Evictions)
+		assert.LessOrEqual(t, m.peak.Load(), int64(maxEntries), "values alive plus creations exceeded MaxEntries")
+		assert.Zero(t, releasedLeased.Load(), "values released while leased")
+		require.NoError(t, roomBack(t, c))
+	})
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -16,11 +19,26 @@ import (
 // FuzzCache decodes its input into a sequence of operations on one cache and
 // checks every result, and the whole of Stats after every step, against a
 // sequential reference model. The first byte picks the hash variant and
-// whether failures are remembered (ErrorTTL) and retried; then each pair of
-// bytes is one operation (see fuzzOp) and its argument. It runs in a
-// synctest bubble, so that ErrorTTL and retry waits follow the fake clock
-// and the model can predict them exactly. At the end the ledger checks that
-// every value was released exactly once.
+// whether failures are remembered (ErrorTTL) and retried, and with its top
+// bit set the lifecycle options (see fuzzConfig): MaxEntries of 1, 2 or 4
+// and IdleTimeout; then each pair of bytes is one operation (see fuzzOp)
+// and its argument. It runs in a synctest bubble, so that ErrorTTL, retry
+// waits, contexts that end and idle sweeps follow the fake clock and the
+// model can predict them exactly; after every step it waits until every
+// goroutine of the cache (an eviction's Release, a sweep) is done. At the
+// end the ledger checks that every value was released exactly once.
+//
+// The model cannot say which value CLOCK evicts, nor at which sweep a value
+// goes, so it learns both by observation (the value's Release) and checks
+// that each was allowed: an eviction only by a creation that found the
+// cache full, at its start, of a value held by no lease; an idle removal
+// only of a value unleased and unused for IdleTimeout to 5/4 of it, at the
+// time its Release ran; no unleased value unused for longer still held.
+// Everything else it predicts: whether a creation evicts or waits for room
+// (and leaves on its context, with an error that wraps it), whether an Offer
+// finds room, and Stats.Room. A meter counts each value from the start of
+// its Create (or the return of its Offer) to the return of its Release: it
+// never exceeds MaxEntries.
 //
 // The seed corpus is in testdata/fuzz/FuzzCache; `make fuzz-short` runs the
 // fuzzer briefly, `make stress` for longer.
@@ -52,8 +70,16 @@ const (
 	opAcquire      // Get plus a lease, kept by the model
 	opReleaseLease // release the key's oldest lease
 	opOffer        // offer a value made elsewhere
+	// Operations of lifecycle programs only (fuzzConfig), so that the
+	// programs of the committed corpus before them keep their meaning.
+	opGetWait     // Get with a context that ends after 2-4ms: a wait for room may end by it
+	opAcquireWait // the same for Acquire
 	numFuzzOps
 )
+
+// numBaseOps is the number of operations of programs without the lifecycle
+// options.
+const numBaseOps = opGetWait
 
 var errFuzz = errors.New("fuzz: peer refused")
 
@@ -61,7 +87,61 @@ const (
 	fuzzTTL       = 5 * time.Millisecond
 	fuzzRetryWait = time.Millisecond
 	fuzzKeys      = 16 // few enough to collide, enough that the shard's array grows and compacts
+	fuzzIdle      = 8 * time.Millisecond
 )
+
+// fuzzConfig is the first byte of a FuzzCache program:
+//
+//	bits 0-1: the hash variant
+//	bit 2:    ErrorTTL
+//	bit 3:    Retry (two attempts, 1ms apart)
+//	bits 4-5: MaxEntries 0 (none), 1, 2 or 4, with bit 7
+//	bit 6:    IdleTimeout of 8ms (a sweep every 2ms), with bit 7
+//	bit 7:    lifecycle: the options of bits 4-6, and the operations after opOffer
+//
+// Bits 4-6 mean nothing without bit 7, so that the committed corpus, whose
+// first bytes predate them, keeps its meaning.
+type fuzzConfig byte
+
+func (b fuzzConfig) lifecycle() bool { return b&0x80 != 0 }
+
+func (b fuzzConfig) maxEntries() int {
+	if !b.lifecycle() {
+		return 0
+	}
+	return [4]int{0, 1, 2, 4}[b>>4&3]
+}
+
+func (b fuzzConfig) idle() time.Duration {
+	if !b.lifecycle() || b&0x40 == 0 {
+		return 0
+	}
+	return fuzzIdle
+}
+
+// releaseTimes records when each value's Release ran, on whichever
+// goroutine ran it (an eviction's, a sweep's), and any Release of a value
+// a lease held.
+type releaseTimes struct {
+	mu     sync.Mutex
+	at     map[*conn]time.Time
+	leased []*conn
+}
+
+func (r *releaseTimes) record(v *conn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.at[v] = time.Now()
+	if v.leases.Load() != 0 {
+		r.leased = append(r.leased, v)
+	}
+}
+
+func (r *releaseTimes) of(v *conn) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.at[v]
+}
 
 // cacheModel is the sequential specification of a Cache.
 type cacheModel struct {
@@ -78,27 +158,45 @@ type cacheModel struct {
 	retry    bool
 	expected epcache.Stats
 	ledger   *ledger
+
+	// The lifecycle options.
+	maxEntries int
+	idle       time.Duration
+	lastUse    map[*conn]time.Time // held values: their last use (a lease counts until it ends)
+	released   *releaseTimes
+	meter      *meter
+	evicts     bool // the step's creation found the cache full: it evicts a value at its start
 }
 
 func runCacheOps(t *testing.T, data []byte) {
+	cfgByte := fuzzConfig(data[0])
 	hash := hashVariants[int(data[0]%4)%len(hashVariants)].hash
 	m := &cacheModel{
 		held: map[int]*conn{}, failed: map[int]time.Time{}, stale: map[int]*conn{},
 		fails: map[int]int{}, creates: map[int]int{},
 		leases: map[int][]epcache.Lease[int, *conn]{}, leased: map[*conn]int{}, given: map[*conn]bool{},
 		ttl: data[0]&4 != 0, retry: data[0]&8 != 0,
+		maxEntries: cfgByte.maxEntries(), idle: cfgByte.idle(),
+		lastUse: map[*conn]time.Time{}, released: &releaseTimes{at: map[*conn]time.Time{}}, meter: new(meter),
 	}
 	l := newLedger()
 	m.ledger = l
 	c := newCache(t, l, hash, func(cfg *epcache.Config[int, *conn]) {
 		cfg.Create = func(_ context.Context, key int) (*conn, error) {
+			m.meter.add()
 			l.enter(key)
 			defer l.leave(key)
 			if m.creates[key] > 0 { // the Get that started this waits: no race
 				m.creates[key]--
+				m.meter.done()
 				return nil, errFuzz
 			}
 			return l.newConn(key), nil
+		}
+		cfg.Release = func(key int, v *conn) {
+			m.released.record(v)
+			l.release(key, v)
+			m.meter.done()
 		}
 		if m.ttl {
 			cfg.ErrorTTL = fuzzTTL
@@ -106,27 +204,160 @@ func runCacheOps(t *testing.T, data []byte) {
 		if m.retry {
 			cfg.Retry = func(attempt int, _ error) (time.Duration, bool) { return fuzzRetryWait, attempt < 2 }
 		}
+		cfg.MaxEntries, cfg.IdleTimeout = m.maxEntries, m.idle
 	})
+	ops := byte(numBaseOps)
+	if cfgByte.lifecycle() {
+		ops = byte(numFuzzOps)
+	}
 	data = data[1:]
 	for i := 0; i+1 < len(data); i += 2 {
-		op, arg := fuzzOp(data[i]%byte(numFuzzOps)), int(data[i+1])
+		op, arg := fuzzOp(data[i]%ops), int(data[i+1])
 		key := arg % fuzzKeys
-		step := fmt.Sprintf("step %d: op %d key %d", i/2, op, key)
+		step := fmt.Sprintf("step %d (%v): op %d key %d", i/2, time.Since(fuzzEpoch), op, key)
+		start := time.Now()
+		m.evicts = false
 		m.apply(t, c, op, key, arg, step)
-		require.Equal(t, m.expected, c.Stats(), "%s: Stats", step)
+		synctest.Wait() // an eviction's Release, a sweep: each has run to its end
+		m.observe(t, start, step)
+		m.check(t, c, step)
 		if t.Failed() {
 			t.FailNow()
 		}
 	}
 	m.apply(t, c, opClose, 0, 0, "final Close")
+	m.check(t, c, "final Close")
 	// Every lease still held ends now: the values given up are released.
 	for key := range fuzzKeys {
 		for len(m.leases[key]) > 0 {
 			m.apply(t, c, opReleaseLease, key, key, "final lease releases")
 		}
 	}
-	require.Zero(t, c.Stats().Lingering)
+	st := c.Stats()
+	require.Zero(t, st.Lingering)
+	assert.Zero(t, st.Room, "room left taken once every value was released")
+	assert.LessOrEqual(t, st.Evictions+st.IdleRemovals, st.Releases)
+	assert.Zero(t, m.meter.live.Load(), "values whose Release never returned")
+	m.released.mu.Lock()
+	assert.Empty(t, m.released.leased, "values released while a lease held them")
+	m.released.mu.Unlock()
 	// newCache's cleanup has the ledger check every release.
+}
+
+// fuzzEpoch is the start of every synctest bubble's clock.
+var fuzzEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// check compares Stats with the model after a step, and the meter with
+// MaxEntries.
+func (m *cacheModel) check(t *testing.T, c *epcache.Cache[int, *conn], step string) {
+	if m.maxEntries > 0 {
+		// Between steps no creation runs: the room taken is the values
+		// not yet released, held or lingering.
+		m.expected.Room = m.expected.Live
+		require.LessOrEqual(t, m.used(), m.maxEntries, "%s: the model holds more than MaxEntries", step)
+		assert.LessOrEqual(t, m.meter.peak.Load(), int64(m.maxEntries), "%s: values alive plus creations exceeded MaxEntries", step)
+	}
+	require.Equal(t, m.expected, c.Stats(), "%s: Stats", step)
+	assert.Equal(t, m.expected.Live, m.meter.live.Load(), "%s: values alive by the meter", step)
+	m.released.mu.Lock()
+	assert.Empty(t, m.released.leased, "%s: values released while a lease held them", step)
+	m.released.mu.Unlock()
+}
+
+// observe learns which held values the cache removed by itself during the
+// step that started at start (an eviction, idle removals), and checks that
+// each removal was allowed and that no value overstayed its IdleTimeout.
+func (m *cacheModel) observe(t *testing.T, start time.Time, step string) {
+	st := &m.expected
+	evicted := false
+	for _, key := range slices.Sorted(maps.Keys(m.held)) {
+		v := m.held[key]
+		if m.closed || v.released.Load() == 0 {
+			continue
+		}
+		at, lastUse := m.released.of(v), m.lastUse[v]
+		assert.Zero(t, m.leased[v], "%s: %v removed while leased", step, v)
+		delete(m.held, key)
+		delete(m.lastUse, v)
+		m.stale[key] = v
+		st.Ready--
+		st.Releases++
+		st.Live--
+		if m.evicts && !evicted && at.Equal(start) {
+			evicted = true
+			st.Evictions++
+			continue
+		}
+		require.NotZero(t, m.idle, "%s: %v removed with no eviction due and no IdleTimeout", step, v)
+		unused := at.Sub(lastUse)
+		assert.GreaterOrEqual(t, unused, m.idle, "%s: %v removed as idle after %v unused", step, v, unused)
+		assert.LessOrEqual(t, unused, m.idle*5/4, "%s: %v removed as idle only after %v unused", step, v, unused)
+		st.IdleRemovals++
+	}
+	assert.Equal(t, m.evicts, evicted, "%s: the creation that found the cache full evicted no unleased value", step)
+	if m.idle == 0 || m.closed {
+		return
+	}
+	for _, v := range m.held {
+		if m.leased[v] == 0 {
+			assert.LessOrEqual(t, time.Since(m.lastUse[v]), m.idle*5/4, "%s: %v still held, unused since %v", step, v, m.lastUse[v].Sub(fuzzEpoch))
+		}
+	}
+}
+
+// used is the room taken between steps: the values not yet released,
+// held or lingering (Close gave up the held ones).
+func (m *cacheModel) used() int {
+	if m.closed {
+		return len(m.given)
+	}
+	return len(m.held) + len(m.given)
+}
+
+// evictable reports whether a held value is free of leases.
+func (m *cacheModel) evictable() bool {
+	for _, v := range m.held {
+		if m.leased[v] == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// needsRoom reports what a Get or Acquire of key would do for room, in
+// the state before it: whether it creates in a full cache, and if so
+// whether it evicts a value (or else waits for room until its context
+// ends).
+func (m *cacheModel) needsRoom(key int) (full, evicts bool) {
+	if m.closed || m.maxEntries == 0 {
+		return false, false
+	}
+	if _, ok := m.held[key]; ok {
+		return false, false
+	}
+	if until, ok := m.failed[key]; ok && time.Now().Before(until) {
+		return false, false
+	}
+	if m.used() < m.maxEntries {
+		return false, false
+	}
+	return true, m.evictable()
+}
+
+// waitCtx is the context of opGetWait and opAcquireWait: it ends after
+// 2-4ms, past a creation's retry wait (1ms).
+func waitCtx(arg int) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), time.Duration(2+arg/fuzzKeys%3)*time.Millisecond)
+}
+
+// noRoom checks the outcome of a Get or Acquire that found the cache full
+// of leased values: an error that wraps its context's, after waiting for
+// room until its context ended.
+func (m *cacheModel) noRoom(t *testing.T, err error, start time.Time, arg int, step string) {
+	assert.ErrorIs(t, err, context.DeadlineExceeded, step)
+	assert.ErrorContains(t, err, "no room", step)
+	assert.Equal(t, time.Duration(2+arg/fuzzKeys%3)*time.Millisecond, time.Since(start), "%s: waited for room until its context ended", step)
+	m.expected.Cancels++
 }
 
 // giveUp is the model of a value leaving the cache: released now, or by
@@ -148,8 +379,26 @@ func (m *cacheModel) giveUp(t *testing.T, v *conn, step string) {
 func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp, key, arg int, step string) {
 	st := &m.expected
 	switch op {
-	case opGet:
-		v, err := c.Get(context.Background(), key)
+	case opGet, opGetWait:
+		ctx, cancel := context.Background(), context.CancelFunc(func() {})
+		if op == opGetWait {
+			ctx, cancel = waitCtx(arg)
+		}
+		defer cancel()
+		full, evicts := m.needsRoom(key)
+		if full && !evicts && op == opGet {
+			return // it would wait for room for ever
+		}
+		start := time.Now()
+		v, err := c.Get(ctx, key)
+		if full {
+			m.expected.RoomWaits++
+			if !evicts {
+				m.noRoom(t, err, start, arg, step)
+				return
+			}
+			m.evicts = true
+		}
 		want, wantErr := m.get(key)
 		if wantErr != nil {
 			assert.Same(t, wantErr, err, step)
@@ -159,6 +408,7 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 		require.NoError(t, err, step)
 		if want != nil {
 			assert.Same(t, want, v, step)
+			m.lastUse[v] = time.Now()
 			return
 		}
 		// A creation: a new value of this key, never seen before.
@@ -168,6 +418,7 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 			assert.NotSame(t, old, v, step)
 		}
 		m.held[key] = v
+		m.lastUse[v] = time.Now()
 		st.Creates++
 		st.Live++
 		st.Ready++
@@ -193,6 +444,7 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 		require.Equal(t, want, ok, step)
 		if want {
 			delete(m.held, key)
+			delete(m.lastUse, v)
 			m.stale[key] = v
 			m.giveUp(t, v, step)
 		}
@@ -225,8 +477,27 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 			}
 		}
 		m.closed = true
-	case opAcquire:
-		lease, err := c.Acquire(context.Background(), key)
+	case opAcquire, opAcquireWait:
+		ctx, cancel := context.Background(), context.CancelFunc(func() {})
+		if op == opAcquireWait {
+			ctx, cancel = waitCtx(arg)
+		}
+		defer cancel()
+		full, evicts := m.needsRoom(key)
+		if full && !evicts && op == opAcquire {
+			return // it would wait for room for ever
+		}
+		start := time.Now()
+		lease, err := c.Acquire(ctx, key)
+		if full {
+			m.expected.RoomWaits++
+			if !evicts {
+				m.noRoom(t, err, start, arg, step)
+				assert.Nil(t, lease.Value(), step)
+				return
+			}
+			m.evicts = true
+		}
 		want, wantErr := m.get(key)
 		if wantErr != nil {
 			assert.Same(t, wantErr, err, step)
@@ -246,6 +517,8 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 		}
 		m.leases[key] = append(m.leases[key], lease)
 		m.leased[v]++
+		v.leases.Add(1)
+		m.lastUse[v] = time.Now()
 	case opReleaseLease:
 		ls := m.leases[key]
 		if len(ls) == 0 {
@@ -254,8 +527,12 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 		lease := ls[0]
 		m.leases[key] = ls[1:]
 		v := lease.Value()
+		v.leases.Add(-1)
 		lease.Release()
 		m.leased[v]--
+		if m.held[key] == v {
+			m.lastUse[v] = time.Now() // used until now
+		}
 		if m.leased[v] == 0 && m.given[v] {
 			delete(m.given, v)
 			assert.EqualValues(t, 1, v.released.Load(), "%s: released by its last lease", step)
@@ -270,13 +547,15 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 		v := m.offered(key)
 		ok := c.Offer(key, v)
 		_, held := m.held[key]
-		want := !held && !m.closed
+		want := !held && !m.closed && (m.maxEntries == 0 || m.used() < m.maxEntries)
 		require.Equal(t, want, ok, step)
 		if !want {
 			m.ledger.keepBack(v) // still the caller's
 			return
 		}
+		m.meter.add()
 		m.held[key] = v
+		m.lastUse[v] = time.Now()
 		delete(m.failed, key)
 		st.Offers++
 		st.Live++

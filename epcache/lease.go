@@ -236,6 +236,7 @@ func (c *Cache[K, V]) offer(s *shard.Slot[K, V], st *shard.State[V], v V) (done,
 		f.Finish(v, nil, time.Time{})
 		f.Cancel(ErrOffered) // its value is no longer wanted: Create may stop
 		c.armSweep()
+		c.kick() // a waiter for room, queued since this Offer took its room, may evict it
 		return true, true
 	}
 	// Empty, a remembered failure, or Blocked (a creation an earlier Offer
@@ -258,5 +259,6 @@ func (c *Cache[K, V]) offer(s *shard.Slot[K, V], st *shard.State[V], v V) (done,
 	stats.ready.Add(1)
 	f.Finish(v, nil, time.Time{})
 	c.armSweep()
+	c.kick() // a waiter for room, queued since this Offer took its room, may evict it
 	return true, true
 }

@@ -32,6 +32,26 @@ import (
 // that depends on how creations of different keys interleave; it accepts any
 // number the key has never held before, which is exactly what "a new value"
 // means to a caller.
+//
+// Two more kinds of operation come from the cache rather than a client: the
+// end of a lease (Lease.Release), and Config.Release of a value, recorded
+// over the time the callback ran, on whichever goroutine ran it. A value
+// must have left the key before its Release (and a value no lease holds may
+// leave by itself only in the histories below), and one released is never
+// returned again.
+//
+// With MaxEntries or IdleTimeout (linConfig.lifecycle), the cache removes
+// values by itself: an eviction or an idle removal is an Invalidate that no
+// client called. The model allows one at any point for a value that no
+// lease holds, and never for a leased one; it takes it only when an
+// operation's output needs it (a Get that returns a new value, a Load that
+// finds none, a Release), which loses nothing, since a removal that could
+// happen earlier could as well happen at the last moment before it shows.
+// Such histories also allow an Offer to be refused on an empty key (a full
+// cache). Their clients end their leases before each Get or Acquire, so
+// that no client waits for room while it holds some: every wait ends, and
+// a Get never leaves on its context (a creation it started would go on,
+// and publish a value no operation returned).
 
 type linKind uint8
 
@@ -42,15 +62,21 @@ const (
 	linCompareAndInvalidate
 	linAcquire // Get plus a lease: the same specification; the lease ends later
 	linOffer
+	linEnd     // Lease.Release of a lease of the value numbered old
+	linRelease // Config.Release of the value numbered old, as the cache called it
 )
 
-var linNames = [...]string{"Get", "Load", "Invalidate", "CompareAndInvalidate", "Acquire", "Offer"}
+var linNames = [...]string{"Get", "Load", "Invalidate", "CompareAndInvalidate", "Acquire", "Offer", "End", "Release"}
 
 // linInput is an operation as called.
 type linInput struct {
 	kind linKind
 	key  int
-	old  int64 // CompareAndInvalidate: the gen of the value passed as old (0: a value never created); Offer: the gen of the value offered
+	old  int64 // CompareAndInvalidate: the gen of the value passed as old (0: a value never created); Offer: the gen of the value offered; End, Release: the gen of the value
+	// lifecycle: the cache has MaxEntries or IdleTimeout set, and may remove
+	// an unleased value by itself (an eviction, an idle removal); bounded:
+	// it has MaxEntries set, and may refuse an Offer for want of room.
+	lifecycle, bounded bool
 }
 
 // linOutput is what the operation returned. v is a value's gen, 0 for none.
@@ -60,11 +86,13 @@ type linOutput struct {
 	err string // Get's error: none is expected, so any fails the history
 }
 
-// linState is one key's state: the value it holds (0: none) and the values it
-// ever held, as a bit set in a string, so that states compare with ==.
+// linState is one key's state: the value it holds (0: none), the leases
+// held on it, and the values the key ever held or that were released, as a
+// bit set in a string, so that states compare with ==.
 type linState struct {
-	held int64
-	seen string
+	held   int64
+	leases int
+	seen   string
 }
 
 func (s linState) has(v int64) bool {
@@ -73,13 +101,21 @@ func (s linState) has(v int64) bool {
 }
 
 func (s linState) holding(v int64) linState {
+	return linState{held: v, seen: s.marked(v)}
+}
+
+// marked returns seen with v added.
+func (s linState) marked(v int64) string {
 	b := []byte(s.seen)
 	for int(v/8) >= len(b) {
 		b = append(b, 0)
 	}
 	b[v/8] |= 1 << (v % 8)
-	return linState{held: v, seen: string(b)}
+	return string(b)
 }
+
+// gone is s once its value has left: nothing held, nothing leased.
+func (s linState) gone() linState { return linState{seen: s.seen} }
 
 // linStep is the sequential specification of one key.
 func linStep(state, input, output any) (bool, any) {
@@ -87,34 +123,77 @@ func linStep(state, input, output any) (bool, any) {
 	if out.err != "" {
 		return false, s
 	}
+	// The cache may remove the held value by itself (an eviction, an idle
+	// removal) only with the lifecycle options, and never one a lease holds.
+	removable := in.lifecycle && s.held != 0 && s.leases == 0
 	switch in.kind {
 	case linGet, linAcquire:
-		if s.held != 0 {
-			return out.v == s.held, s // a hit: the held value
+		leased := 0
+		if in.kind == linAcquire {
+			leased = 1
 		}
-		// A miss creates: any value the key never held before (or one that
-		// an Offer made, answering the creation).
-		return out.v > 0 && !s.has(out.v), s.holding(out.v)
+		if s.held != 0 && out.v == s.held {
+			s.leases += leased
+			return true, s // a hit: the held value
+		}
+		if s.held != 0 && !removable {
+			return false, s
+		}
+		// A miss creates (after a removal, if the key held a value): any
+		// value the key never held before (or one that an Offer made,
+		// answering the creation).
+		ns := s.holding(out.v)
+		ns.leases = leased
+		return out.v > 0 && !s.has(out.v), ns
 	case linOffer:
-		if s.held != 0 {
-			return !out.ok, s
+		if !out.ok {
+			// Refused: the key holds a value (or it may, if a removal is
+			// allowed: taken when something needs it), or, under
+			// MaxEntries, the cache is full. The value is never the
+			// cache's: no Get may return it.
+			return s.held != 0 || in.bounded, linState{held: s.held, leases: s.leases, seen: s.marked(in.old)}
 		}
-		return out.ok && !s.has(in.old), s.holding(in.old)
+		if s.held != 0 && !removable {
+			return false, s
+		}
+		return !s.has(in.old), s.holding(in.old)
 	case linLoad:
-		if s.held != 0 {
-			return out.ok && out.v == s.held, s
+		switch {
+		case s.held != 0 && out.ok:
+			return out.v == s.held, s
+		case s.held != 0: // none: removed by the cache, if it may
+			return removable, s.gone()
 		}
 		return !out.ok, s // Load never creates
 	case linInvalidate:
-		if s.held != 0 {
-			return out.ok, linState{seen: s.seen}
+		switch {
+		case s.held != 0 && out.ok:
+			return true, s.gone()
+		case s.held != 0:
+			return removable, s.gone()
 		}
 		return !out.ok, s
 	case linCompareAndInvalidate:
 		if s.held != 0 && s.held == in.old {
-			return out.ok, linState{seen: s.seen}
+			if out.ok {
+				return true, s.gone()
+			}
+			return removable, s.gone()
 		}
 		return !out.ok, s
+	case linEnd:
+		if s.held == in.old {
+			s.leases--
+			return s.leases >= 0, s
+		}
+		return true, s // a lease of a value that left the key
+	case linRelease:
+		// Released: the value must have left the key, by an Invalidate, a
+		// Close, or a removal the cache may make now; and never comes back.
+		if s.held == in.old {
+			return removable, s.gone()
+		}
+		return true, linState{held: s.held, leases: s.leases, seen: s.marked(in.old)}
 	}
 	panic(fmt.Sprintf("unknown operation %d", in.kind))
 }
@@ -125,6 +204,10 @@ func describeLinOp(input, output any) string {
 		return fmt.Sprintf("%s(%d) -> error %q", linNames[in.kind], in.key, out.err)
 	}
 	switch in.kind {
+	case linEnd:
+		return fmt.Sprintf("End(lease of #%d)", in.old)
+	case linRelease:
+		return fmt.Sprintf("Release(%d, #%d)", in.key, in.old)
 	case linGet:
 		return fmt.Sprintf("Get(%d) -> #%d", in.key, out.v)
 	case linLoad:
@@ -153,9 +236,9 @@ func describeLinState(state any) string {
 	}
 	held := "none"
 	if s.held != 0 {
-		held = fmt.Sprint("#", s.held)
+		held = fmt.Sprintf("#%d (%d leases)", s.held, s.leases)
 	}
-	return fmt.Sprintf("holds %s; held before: %s", held, strings.Join(seen, " "))
+	return fmt.Sprintf("holds %s; held or released before: %s", held, strings.Join(seen, " "))
 }
 
 var linModel = porcupine.Model{
@@ -181,7 +264,42 @@ var linModel = porcupine.Model{
 type linConfig struct {
 	clients, ops, keys int
 	hash               func(int) uint64
+	// The lifecycle options; with either, a client ends its leases before
+	// each Get or Acquire, and the Get or Acquire gets a context that ends
+	// after linWait: a wait for room that lasts that long fails the
+	// history.
+	maxEntries int
+	idle       time.Duration
 }
+
+func (cfg linConfig) lifecycle() bool { return cfg.maxEntries > 0 || cfg.idle > 0 }
+
+// linWait bounds a Get or Acquire of a lifecycle history: every wait for
+// room ends when another client ends its leases, which it does before its
+// next Get or Acquire, so only a cache that fails to hand the room over
+// waits so long.
+const linWait = 2 * time.Second
+
+// linModes are the option sets the campaign rotates through: plain (half
+// the histories), and a cap below the keys, a short IdleTimeout, and both.
+// With IdleTimeout a client now and then pauses for linPause before an
+// operation, so that values go idle while others are used.
+var linModes = []struct {
+	name       string
+	maxEntries int
+	idle       time.Duration
+}{
+	{"plain", 0, 0},
+	{"MaxEntries", 1, 0},
+	{"plain", 0, 0},
+	{"IdleTimeout", 0, 40 * time.Microsecond},
+	{"plain", 0, 0},
+	{"MaxEntries+IdleTimeout", 2, 40 * time.Microsecond},
+}
+
+// linPause is a client's pause in a history with IdleTimeout: longer than
+// the IdleTimeout and the sweeps' lag.
+const linPause = 100 * time.Microsecond
 
 // recordHistory runs cfg.clients goroutines, each making cfg.ops random
 // calls on one fresh cache, and returns what they saw. The ledger checks,
@@ -191,13 +309,36 @@ func recordHistory(t *testing.T, cfg linConfig, seed uint64) ([]porcupine.Operat
 	t.Helper()
 	l := newLedger()
 	var leasedRelease atomic.Int64 // values released while a lease held them: must stay 0
+	base := time.Now()
+	now := func() int64 { return int64(time.Since(base)) } // monotonic
+	// The Releases the cache makes while the clients run, as operations of
+	// a client of their own (Close's come after the history).
+	var (
+		releaseMu sync.Mutex
+		releases  []porcupine.Operation
+		recording atomic.Bool
+	)
+	recording.Store(true)
 	c, err := epcache.New(epcache.Config[int, *conn]{
-		Hash: cfg.hash,
+		Hash:        cfg.hash,
+		MaxEntries:  cfg.maxEntries,
+		IdleTimeout: cfg.idle,
 		Release: func(key int, v *conn) {
+			call := now()
 			if v.leases.Load() != 0 {
 				leasedRelease.Add(1)
 			}
 			l.release(key, v)
+			if recording.Load() {
+				op := porcupine.Operation{
+					ClientId: cfg.clients,
+					Input:    linInput{kind: linRelease, key: key, old: v.gen, lifecycle: cfg.lifecycle(), bounded: cfg.maxEntries > 0},
+					Call:     call, Output: linOutput{}, Return: now(),
+				}
+				releaseMu.Lock()
+				releases = append(releases, op)
+				releaseMu.Unlock()
+			}
 		},
 		Create: func(_ context.Context, key int) (*conn, error) {
 			l.enter(key)
@@ -215,8 +356,6 @@ func recordHistory(t *testing.T, cfg linConfig, seed uint64) ([]porcupine.Operat
 	})
 	require.NoError(t, err)
 
-	base := time.Now()
-	now := func() int64 { return int64(time.Since(base)) } // monotonic
 	var start, wg sync.WaitGroup
 	start.Add(1)
 	histories := make([][]porcupine.Operation, cfg.clients)
@@ -228,22 +367,45 @@ func recordHistory(t *testing.T, cfg linConfig, seed uint64) ([]porcupine.Operat
 			seen := map[int]*conn{} // the last value this client saw, per key
 			var other *conn         // a value of another key: never held by this one
 			var leases []epcache.Lease[int, *conn]
+			// end ends a lease, recorded as an operation.
+			end := func(lease epcache.Lease[int, *conn]) {
+				v := lease.Value()
+				in := linInput{kind: linEnd, key: lease.Key(), old: v.gen, lifecycle: cfg.lifecycle(), bounded: cfg.maxEntries > 0}
+				call := now()
+				v.leases.Add(-1)
+				lease.Release()
+				histories[id] = append(histories[id], porcupine.Operation{ClientId: id, Input: in, Call: call, Output: linOutput{}, Return: now()})
+			}
 			defer func() {
 				for _, lease := range leases {
-					lease.Value().leases.Add(-1)
-					lease.Release()
+					end(lease)
 				}
 			}()
+			// getCtx is the context of a Get or an Acquire. With the
+			// lifecycle options, the client holds no lease while it may
+			// wait for room.
+			getCtx := func() (context.Context, context.CancelFunc) {
+				if !cfg.lifecycle() {
+					return context.Background(), func() {}
+				}
+				for _, lease := range leases {
+					end(lease)
+				}
+				leases = leases[:0]
+				return context.WithTimeout(context.Background(), linWait)
+			}
 			start.Wait()
 			for range cfg.ops {
-				in := linInput{key: r.IntN(cfg.keys)}
+				in := linInput{key: r.IntN(cfg.keys), lifecycle: cfg.lifecycle(), bounded: cfg.maxEntries > 0}
 				var out linOutput
 				var call int64
 				// Now and then, end the oldest lease this client holds.
 				if len(leases) > 0 && r.IntN(3) == 0 {
-					leases[0].Value().leases.Add(-1)
-					leases[0].Release()
+					end(leases[0])
 					leases = leases[1:]
+				}
+				if cfg.idle > 0 && r.IntN(20) == 0 {
+					time.Sleep(linPause)
 				}
 				switch p := r.IntN(110); {
 				case p >= 100:
@@ -256,8 +418,10 @@ func recordHistory(t *testing.T, cfg linConfig, seed uint64) ([]porcupine.Operat
 					}
 				case p >= 90:
 					in.kind = linAcquire
+					ctx, cancel := getCtx()
 					call = now()
-					lease, err := c.Acquire(context.Background(), in.key)
+					lease, err := c.Acquire(ctx, in.key)
+					cancel()
 					switch v := lease.Value(); {
 					case err != nil:
 						out.err = err.Error()
@@ -271,8 +435,10 @@ func recordHistory(t *testing.T, cfg linConfig, seed uint64) ([]porcupine.Operat
 					}
 				case p < 45:
 					in.kind = linGet
+					ctx, cancel := getCtx()
 					call = now()
-					v, err := c.Get(context.Background(), in.key)
+					v, err := c.Get(ctx, in.key)
+					cancel()
 					switch {
 					case err != nil:
 						out.err = err.Error()
@@ -322,10 +488,13 @@ func recordHistory(t *testing.T, cfg linConfig, seed uint64) ([]porcupine.Operat
 	}
 	start.Done()
 	wg.Wait()
+	recording.Store(false)
 	require.NoError(t, c.Close())
 	l.checkClosed(t, c)
 	require.Zero(t, leasedRelease.Load(), "values released while leased")
-	return slices.Concat(histories...), c.Stats()
+	releaseMu.Lock()
+	defer releaseMu.Unlock()
+	return slices.Concat(append(histories, releases)...), c.Stats()
 }
 
 // checkHistory checks ops against linModel. For a history that is not
@@ -384,10 +553,13 @@ func linDir(t *testing.T) string {
 }
 
 // TestLinearizability checks thousands of short concurrent histories (tens
-// of thousands with -long) of Get, Load, Invalidate and CompareAndInvalidate
-// on a few keys, against every hash variant: each must be linearizable
-// with respect to linModel. A failure prints the offending key's history and
-// the path of porcupine's HTML visualization.
+// of thousands with -long) of Get, Load, Invalidate, CompareAndInvalidate,
+// Acquire, Offer, lease ends and Releases on a few keys, against every hash
+// variant: each must be linearizable with respect to linModel. Half the
+// histories run with MaxEntries (below the keys), IdleTimeout or both
+// (linModes), so that values also leave by eviction and idle removal. A
+// failure prints the offending key's history and the path of porcupine's
+// HTML visualization.
 func TestLinearizability(t *testing.T) {
 	histories, cfg := 1000, linConfig{clients: 6, ops: 10, keys: 2}
 	switch {
@@ -402,12 +574,18 @@ func TestLinearizability(t *testing.T) {
 		dir := linDir(t)
 		seed := rand.Uint64()
 		var counts [len(linNames)]int
-		var waits, creates uint64
+		var waits, creates, evictions, idleRemovals, roomWaits uint64
 		overlapping := 0
 		for i := range histories {
+			mode := linModes[i%len(linModes)]
+			cfg := cfg
+			cfg.maxEntries, cfg.idle = mode.maxEntries, mode.idle
 			ops, st := recordHistory(t, cfg, seed+uint64(i))
 			waits += st.Waits
 			creates += st.Creates
+			evictions += st.Evictions
+			idleRemovals += st.IdleRemovals
+			roomWaits += st.RoomWaits
 			overlapping += countOverlapping(ops)
 			for _, op := range ops {
 				counts[op.Input.(linInput).kind]++
@@ -415,15 +593,21 @@ func TestLinearizability(t *testing.T) {
 			res, report, viz := checkHistory(ops, dir, fmt.Sprintf("history-%d", i))
 			switch res {
 			case porcupine.Illegal:
-				t.Fatalf("history %d (operations drawn with seed %d) is not linearizable:\n%s\nvisualization: %s", i, seed+uint64(i), report, viz)
+				t.Fatalf("history %d (%s, operations drawn with seed %d) is not linearizable:\n%s\nvisualization: %s", i, mode.name, seed+uint64(i), report, viz)
 			case porcupine.Unknown:
 				t.Logf("history %d: the check timed out", i)
 			}
 		}
-		t.Logf("%d histories: %d Get, %d Load, %d Invalidate, %d CompareAndInvalidate, %d Acquire, %d Offer; %d creations, %d Gets coalesced onto one; %d operations overlapped another client's on the same key",
-			histories, counts[linGet], counts[linLoad], counts[linInvalidate], counts[linCompareAndInvalidate], counts[linAcquire], counts[linOffer], creates, waits, overlapping)
+		t.Logf("%d histories: %d Get, %d Load, %d Invalidate, %d CompareAndInvalidate, %d Acquire, %d Offer, %d lease ends, %d Releases; %d creations, %d Gets coalesced onto one; %d operations overlapped another client's on the same key; %d evictions, %d idle removals, %d waits for room",
+			histories, counts[linGet], counts[linLoad], counts[linInvalidate], counts[linCompareAndInvalidate], counts[linAcquire], counts[linOffer], counts[linEnd], counts[linRelease], creates, waits, overlapping, evictions, idleRemovals, roomWaits)
 		assert.Positive(t, counts[linAcquire], "no Acquire")
 		assert.Positive(t, counts[linOffer], "no Offer")
+		assert.Positive(t, counts[linEnd], "no lease ended")
+		assert.Positive(t, counts[linRelease], "no Release")
+		assert.Positive(t, evictions, "no value was evicted")
+		if !testing.Short() { // a few dozen in 1,000 histories: maybe none in 100
+			assert.Positive(t, idleRemovals, "no value was removed idle")
+		}
 		assert.Positive(t, waits, "no Get ever waited on another's creation: the histories are not concurrent")
 		assert.Positive(t, overlapping, "no two operations on one key overlapped")
 	})
@@ -439,6 +623,10 @@ func TestLinearizabilityModel(t *testing.T) {
 	get := linInput{kind: linGet, key: 1}
 	load := linInput{kind: linLoad, key: 1}
 	inv := linInput{kind: linInvalidate, key: 1}
+	// With the lifecycle options: values may leave by themselves.
+	lget := linInput{kind: linGet, key: 1, lifecycle: true}
+	lload := linInput{kind: linLoad, key: 1, lifecycle: true}
+	lacq := linInput{kind: linAcquire, key: 1, lifecycle: true}
 	for _, tc := range []struct {
 		name  string
 		legal bool
@@ -510,6 +698,57 @@ func TestLinearizabilityModel(t *testing.T) {
 		{"keys are independent", false, []porcupine.Operation{
 			op(0, 0, 1, get, linOutput{v: 1}),
 			op(1, 2, 3, linInput{kind: linInvalidate, key: 2}, linOutput{ok: true}),
+		}},
+		{"a Release inside the end of the last lease of an invalidated value", true, []porcupine.Operation{
+			op(0, 0, 1, linInput{kind: linAcquire, key: 1}, linOutput{v: 1}),
+			op(1, 2, 3, inv, linOutput{ok: true}),
+			op(0, 4, 7, linInput{kind: linEnd, key: 1, old: 1}, linOutput{}),
+			op(2, 5, 6, linInput{kind: linRelease, key: 1, old: 1}, linOutput{}),
+		}},
+		{"a Release of a value the key holds", false, []porcupine.Operation{
+			op(0, 0, 1, get, linOutput{v: 1}),
+			op(1, 2, 3, linInput{kind: linRelease, key: 1, old: 1}, linOutput{}),
+		}},
+		{"a Release under a lease", false, []porcupine.Operation{
+			op(0, 0, 1, lacq, linOutput{v: 1}),
+			op(1, 2, 3, linInput{kind: linRelease, key: 1, old: 1, lifecycle: true}, linOutput{}),
+		}},
+		{"an evicted value replaced with no Invalidate", true, []porcupine.Operation{
+			op(0, 0, 1, lget, linOutput{v: 1}),
+			op(1, 2, 3, lload, linOutput{}),
+			op(1, 4, 5, lget, linOutput{v: 2}),
+			op(2, 6, 7, linInput{kind: linInvalidate, key: 1, lifecycle: true}, linOutput{ok: true}),
+			op(2, 8, 9, linInput{kind: linCompareAndInvalidate, key: 1, old: 3, lifecycle: true}, linOutput{}),
+		}},
+		{"a value leaves by itself only with the lifecycle options", false, []porcupine.Operation{
+			op(0, 0, 1, get, linOutput{v: 1}),
+			op(1, 2, 3, inv, linOutput{}),
+		}},
+		{"a leased value is never evicted", false, []porcupine.Operation{
+			op(0, 0, 1, lacq, linOutput{v: 1}),
+			op(1, 2, 3, lget, linOutput{v: 2}),
+		}},
+		{"a value evicted once its lease ended", true, []porcupine.Operation{
+			op(0, 0, 1, lacq, linOutput{v: 1}),
+			op(0, 2, 3, linInput{kind: linEnd, key: 1, old: 1, lifecycle: true}, linOutput{}),
+			op(1, 4, 5, lget, linOutput{v: 2}),
+		}},
+		{"a value returned after its Release returned", false, []porcupine.Operation{
+			op(0, 0, 1, lget, linOutput{v: 1}),
+			op(1, 2, 3, linInput{kind: linRelease, key: 1, old: 1, lifecycle: true}, linOutput{}),
+			op(2, 4, 5, lload, linOutput{v: 1, ok: true}),
+		}},
+		{"an evicted value that comes back", false, []porcupine.Operation{
+			op(0, 0, 1, lget, linOutput{v: 1}),
+			op(1, 2, 3, lload, linOutput{}),
+			op(2, 4, 5, lget, linOutput{v: 1}),
+		}},
+		{"a full cache refuses an Offer", true, []porcupine.Operation{
+			op(0, 0, 1, linInput{kind: linOffer, key: 1, old: 5, lifecycle: true, bounded: true}, linOutput{}),
+		}},
+		{"a refused Offer's value in the cache", false, []porcupine.Operation{
+			op(0, 0, 1, linInput{kind: linOffer, key: 1, old: 5, lifecycle: true, bounded: true}, linOutput{}),
+			op(1, 2, 3, lget, linOutput{v: 5}),
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

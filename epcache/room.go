@@ -204,6 +204,13 @@ func (c *Cache[K, V]) evictOne() bool {
 		if !c.table.Holds(s) {
 			continue // not a value
 		}
+		if used && r.hand.Laps-start >= 2 {
+			// Two laps met no value unused since the lap before: every
+			// unleased value is in use all the time. One of them goes
+			// all the same, or a waiter would wait for as long as the
+			// others keep using theirs.
+			used, st = false, s.State()
+		}
 		if s.Leased() > 0 {
 			s.Want()
 			if s.Leased() > 0 {
@@ -234,6 +241,9 @@ func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) bool {
 	for _, p := range picks {
 		if c.remove(p.s, p.st, func(p *stripe) { p.evictions.Add(1) }) {
 			return true
+		}
+		if p.s.Leased() > 0 {
+			p.s.Want() // leased as it was being removed: its end kicks
 		}
 	}
 	return false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -217,6 +218,132 @@ func growWhileReading(t *testing.T, writes int) {
 		assert.Positive(t, rs.reads)
 		assert.Zero(t, rs.misses, "reader %d missed a present key", i)
 	}
+}
+
+// TestMillionPeersSweepWithoutStoppingReaders fills a cache with IdleTimeout
+// set with a million peers, keeps 1,024 of them in use from reader
+// goroutines, and lets the others go idle: a sweep walks the million and
+// removes all but the 1,024 while the readers go on. That they are not
+// stopped is shown without a clock. The sweep's goroutine hashes each key
+// it removes (InvalidateState hashes before it removes, and nothing else
+// hashes an idle key then), so Config.Hash, at every 256th idle key it
+// hashes, records the readers' hits so far, by the id of the goroutine
+// (a sweep runs on a timer goroutine of its own); the hits must have grown
+// over each quarter of the largest sweep (a sweep that stopped the readers
+// once it had aged their peers, which then miss the hit path once, would
+// show a quarter without hits). Every read is a hit of the right value, and
+// every idle peer is released. Under the race detector it uses 100,000
+// peers, unless -long is set.
+func TestMillionPeersSweepWithoutStoppingReaders(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a million peers: skipped with -short")
+	}
+	n := millionPeers
+	if raceEnabled && !*long {
+		n = 100_000
+	}
+	const hot, idle = 1024, 2 * time.Second
+	eps := peers(n)
+	var (
+		hits, bad, released atomic.Int64
+		sweeping            atomic.Bool  // the fills are over: only a removal hashes an idle peer
+		hashed              atomic.Int64 // idle peers hashed since
+		mu                  sync.Mutex
+		sweeps              = map[string][]int64{} // the hits each sample saw, by the id of the goroutine that hashed
+	)
+	c, err := epcache.New(epcache.Config[int, *endpoint]{
+		IdleTimeout: idle,
+		Create:      func(_ context.Context, k int) (*endpoint, error) { return &eps[k], nil },
+		Release: func(k int, v *endpoint) {
+			if v != &eps[k] {
+				panic("Release of another key's value")
+			}
+			released.Add(1)
+		},
+		Hash: func(k int) uint64 {
+			if k >= hot && sweeping.Load() && hashed.Add(1)%256 == 0 {
+				id, h := goroutineID(), hits.Load()
+				mu.Lock()
+				sweeps[id] = append(sweeps[id], h)
+				mu.Unlock()
+			}
+			return uint64(k) // the cache mixes it with its seed
+		},
+	})
+	require.NoError(t, err)
+	defer c.Close()
+	ctx := context.Background()
+	fill := func() {
+		for k := range n {
+			if _, err := c.Get(ctx, k); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fill()
+	fill() // a use of each: any that a slow first pass let go idle is back, young
+	require.Equal(t, n, c.Len())
+	sweeping.Store(true)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for r := range max(1, runtime.GOMAXPROCS(0)-1) {
+		wg.Go(func() {
+			for i := r; !stop.Load(); i++ {
+				k := i % hot
+				if v, err := c.Get(ctx, k); err != nil || v != &eps[k] {
+					bad.Add(1)
+				}
+				hits.Add(1)
+			}
+		})
+	}
+	// The idle peers go after IdleTimeout to 5/4 of it; the test waits for
+	// their removal, however long a loaded machine takes (but not for ever).
+	for i := 0; c.Len() > hot; i++ {
+		if i == 800 {
+			t.Fatalf("the idle peers are not removed after 100 IdleTimeouts: %+v", c.Stats())
+		}
+		time.Sleep(idle / 8)
+	}
+	stop.Store(true)
+	wg.Wait()
+	st := c.Stats()
+	for k := range hot {
+		_, ok := c.Load(k)
+		assert.True(t, ok, "peer %d, in use, was removed", k)
+	}
+	assert.GreaterOrEqual(t, st.IdleRemovals, uint64(n-hot))
+	assert.Zero(t, bad.Load(), "reads that missed or returned another value")
+	mu.Lock()
+	defer mu.Unlock()
+	var largest []int64
+	for _, sw := range sweeps {
+		if len(sw) > len(largest) {
+			largest = sw
+		}
+	}
+	require.GreaterOrEqual(t, len(largest), 8, "no sweep removed %d values", 8*256)
+	q := len(largest) / 4
+	var quarters [4]int64
+	for i := range quarters {
+		quarters[i] = largest[min((i+1)*q, len(largest)-1)] - largest[i*q]
+	}
+	t.Logf("%d peers: %d sweeps removed %d; the largest removed about %d values, over whose quarters the readers hit %v times (%d hits in all)",
+		n, len(sweeps), st.IdleRemovals, len(largest)*256, quarters, hits.Load())
+	for i, h := range quarters {
+		assert.Positive(t, h, "the readers made no hit over quarter %d of a sweep that removed %d values", i+1, len(largest)*256)
+	}
+	require.NoError(t, c.Close())
+	assert.EqualValues(t, n, released.Load(), "every peer released once: the idle ones by the sweeps, the rest by Close")
+}
+
+// goroutineID returns the id of the calling goroutine, from the first line
+// of its stack ("goroutine 123 [running]:").
+func goroutineID() string {
+	var buf [64]byte
+	line := string(buf[:runtime.Stack(buf[:], false)])
+	id, _, _ := strings.Cut(strings.TrimPrefix(line, "goroutine "), " ")
+	return id
 }
 
 // BenchmarkMillionPeers fills a cache with a million peers in a storm and

@@ -25,6 +25,20 @@ import (
 // never published where no lookup finds it; and Seal reports exactly the
 // slots that hold something.
 //
+// With the top bit of the first byte set, programs also draw the operations
+// of ages and leases (after topForget): the clock hand's Cool, the idle
+// sweep's Age, a use's Touch, InvalidateState with the state a step saw
+// (stale or not), a Hand's walk, and leases of the values (Lease, the hit
+// path's Table.Lease, EndLease, Want, and Abandon after every
+// invalidation). The model keeps each value's age and leases: Touch makes
+// it young, Cool cools a young value and reports any aged one, Age reports
+// it expired after IdleSteps steps, InvalidateState succeeds only with the
+// state the value is in and no lease held, the hit path leases only a
+// young value, two laps of the hand see every slot, Leased counts the
+// leases held, a wanted value's lease never ends on EndFirstLease's fast
+// path, and the last lease of a value that left the table says so. With the next bit set too, the
+// table puts values on probation (SetProbation): they are published cooled.
+//
 // The seed corpus is in testdata/fuzz/FuzzTable.
 func FuzzTable(f *testing.F) {
 	f.Add([]byte{0, 1, 3, 5, 3, 1, 3, 7, 0, 4, 3})
@@ -51,8 +65,43 @@ const (
 	topStaleClaim                  // claim the slot an earlier step saw for the key
 	topFail                        // claim, then settle to a remembered failure
 	topForget                      // Forget a remembered failure
+	// Operations of programs with the top bit of their first byte set, so
+	// that the programs of the committed corpus before them keep their
+	// meaning.
+	topTouch           // a use: Touch
+	topCool            // the clock hand's step: Cool
+	topAge             // the idle sweep's step: Age
+	topInvalidateState // InvalidateState with the state the last step saw for the key, or the current one
+	topHand            // walk the model's hand for two laps
+	topLease           // lease the key's value, on the hit path if it is young
+	topEndLease        // end the key's oldest lease, or that of a value that left the table
+	topWant            // mark the key's value wanted
 	numTableOps
 )
+
+// numBaseTableOps is the number of operations of programs without the top
+// bit.
+const numBaseTableOps = topTouch
+
+// ageCooled and ageIdle are ages in the model: 0 is young, ageCooled the
+// clock hand's cooled, ageIdle+n idle for n sweeps, up to IdleSteps.
+const (
+	ageCooled = 1
+	ageIdle   = 1
+)
+
+// seenState is a state a step saw for a key, with its age in the model
+// (-1: not a value).
+type seenState struct {
+	st  *shard.State[int]
+	age int
+}
+
+// drainingLease is a lease of a value that left the table.
+type drainingLease struct {
+	s  *shard.Slot[int, int]
+	tk shard.Ticket
+}
 
 const (
 	fuzzSmallKeys = 32
@@ -67,6 +116,16 @@ type tableModel struct {
 	slots  map[int]*shard.Slot[int, int] // the slot of each key that holds something
 	seen   map[int]*shard.Slot[int, int] // the last slot any step got for the key
 	next   int                           // the next value, and the next burst key
+
+	// Ages and leases (programs with the top bit).
+	ages      bool
+	age       map[int]int            // held keys: their value's age
+	states    map[int]seenState      // the last state a step saw for the key
+	leases    map[int][]shard.Ticket // leases of each held key's value, oldest first
+	wanted    map[int]bool           // held keys whose value is marked wanted
+	draining  []drainingLease        // leases of values that left the table, oldest first
+	hand      *shard.Hand[int, int]
+	published int // the age Publish gives a value: young, or cooled on probation (SetProbation)
 }
 
 func runTableOps(t *testing.T, data []byte) {
@@ -76,10 +135,20 @@ func runTableOps(t *testing.T, data []byte) {
 		values: map[int]int{}, failed: map[int]bool{},
 		slots: map[int]*shard.Slot[int, int]{}, seen: map[int]*shard.Slot[int, int]{},
 		next: burstBase,
+		ages: data[0]&0x80 != 0, age: map[int]int{}, states: map[int]seenState{},
+		leases: map[int][]shard.Ticket{}, wanted: map[int]bool{}, hand: tb.NewHand(),
+	}
+	ops := byte(numBaseTableOps)
+	if m.ages {
+		ops = byte(numTableOps)
+		if data[0]&0x40 != 0 {
+			tb.SetProbation()
+			m.published = ageCooled
+		}
 	}
 	data = data[1:]
 	for i := 0; i+1 < len(data); i += 2 {
-		op, arg := tableOp(data[i]%byte(numTableOps)), int(data[i+1])
+		op, arg := tableOp(data[i]%ops), int(data[i+1])
 		step := fmt.Sprintf("step %d: op %d arg %d", i/2, op, arg)
 		m.apply(t, tb, op, arg, step)
 		m.check(t, tb, step, op == topBurst || i+3 >= len(data))
@@ -117,6 +186,7 @@ func (m *tableModel) apply(t *testing.T, tb *shard.Table[int, int], op tableOp, 
 			m.next++
 			require.True(t, tb.Publish(s, claim, m.next), step)
 			m.values[key], m.slots[key] = m.next, s
+			m.age[key] = m.published
 		case topAbandon:
 			require.True(t, s.Settle(claim, nil), step)
 		default:
@@ -146,8 +216,7 @@ func (m *tableModel) apply(t *testing.T, tb *shard.Table[int, int], op tableOp, 
 		if ok {
 			assert.Equal(t, want, v, step)
 			assert.Equal(t, shard.Dead, s.State().Status(), step)
-			delete(m.values, key)
-			delete(m.slots, key)
+			m.left(t, key, s, step)
 		}
 	case topLoad:
 		// check covers every key after each step.
@@ -183,6 +252,7 @@ func (m *tableModel) apply(t *testing.T, tb *shard.Table[int, int], op tableOp, 
 		m.next++
 		require.True(t, tb.Publish(s, claim, m.next), step)
 		m.values[key], m.slots[key] = m.next, s
+		m.age[key] = m.published
 		delete(m.failed, key)
 	case topForget:
 		s := tb.Lookup(key)
@@ -195,6 +265,176 @@ func (m *tableModel) apply(t *testing.T, tb *shard.Table[int, int], op tableOp, 
 			delete(m.failed, key)
 			delete(m.slots, key)
 		}
+	default:
+		m.applyAges(t, tb, op, arg, step)
+	}
+}
+
+// left is the model of key's value leaving the table from slot s: its
+// owner abandons it, which releases it now if no lease holds it; its
+// leases go on, and the last of them will release it.
+func (m *tableModel) left(t *testing.T, key int, s *shard.Slot[int, int], step string) {
+	delete(m.values, key)
+	delete(m.slots, key)
+	if !m.ages {
+		return
+	}
+	leases := m.leases[key]
+	assert.Equal(t, len(leases) == 0, s.Abandon(), "%s: Abandon releases a value no lease holds, and only such", step)
+	for _, tk := range leases {
+		m.draining = append(m.draining, drainingLease{s, tk})
+	}
+	_, ok := s.Lease()
+	assert.False(t, ok, "%s: a value that left the table was leased", step)
+	delete(m.leases, key)
+	delete(m.wanted, key)
+	delete(m.age, key)
+}
+
+// applyAges applies the operations of ages and leases.
+func (m *tableModel) applyAges(t *testing.T, tb *shard.Table[int, int], op tableOp, arg int, step string) {
+	key := arg % fuzzSmallKeys
+	_, held := m.values[key]
+	s := tb.Lookup(key)
+	if op == topHand {
+		m.walk(t, tb, step)
+		return
+	}
+	if op == topEndLease && arg&0x80 != 0 {
+		m.endDraining(t, step)
+		return
+	}
+	if s == nil {
+		require.False(t, held, "%s: a key with a value has no slot", step)
+		return
+	}
+	m.seen[key] = s
+	st := s.State()
+	age := -1
+	if held {
+		age = m.age[key]
+		require.Equal(t, age == 0, tb.Young(st), "%s: key %d of age %d", step, key, age)
+	}
+	prev, seenBefore := m.states[key]
+	m.states[key] = seenState{st, age}
+	switch op {
+	case topTouch:
+		require.Equal(t, held, tb.Touch(s, st), "%s: Touch", step)
+		if held {
+			m.age[key] = 0
+		}
+	case topCool:
+		require.Equal(t, held && age > 0, tb.Cool(s, st), "%s: Cool of age %d", step, age)
+		if held && age == 0 {
+			m.age[key] = ageCooled
+		}
+	case topAge:
+		expired := held && age == ageIdle+shard.IdleSteps
+		require.Equal(t, expired, tb.Age(s, st), "%s: Age of age %d", step, age)
+		switch {
+		case !held || expired:
+		case age == 0:
+			m.age[key] = ageIdle + 1 // a sweep ages a young value as a cooled one
+		default:
+			m.age[key] = age + 1
+		}
+	case topInvalidateState:
+		use := seenState{st, age}
+		if arg&0x40 != 0 && seenBefore {
+			use = prev // the state an earlier step saw: stale unless nothing changed
+		}
+		m.states[key] = use
+		v, ok := tb.InvalidateState(s, use.st)
+		// Only with the state the value is in, and never from under a
+		// lease: eviction and idle removal never take a leased value.
+		want := held && use.age >= 0 && use.age == age && len(m.leases[key]) == 0
+		require.Equal(t, want, ok, "%s: InvalidateState with a state of age %d, the value's %d, %d leases held", step, use.age, age, len(m.leases[key]))
+		if ok {
+			assert.Equal(t, m.values[key], v, step)
+			assert.Equal(t, shard.Dead, s.State().Status(), step)
+			m.left(t, key, s, step)
+		}
+	case topLease:
+		hs, tk, ok := tb.Lease(key)
+		require.Equal(t, held && age == 0, ok, "%s: the hit path's Lease of a value of age %d", step, age)
+		if !held {
+			return
+		}
+		if ok {
+			require.Same(t, s, hs, step)
+		} else {
+			// The slow path, as the cache takes it: a use, then a lease.
+			require.True(t, tb.Touch(s, st), step)
+			m.age[key] = 0
+			tk, ok = s.Lease()
+			require.True(t, ok, "%s: Lease of a held value", step)
+		}
+		m.leases[key] = append(m.leases[key], tk)
+	case topEndLease:
+		leases := m.leases[key]
+		if len(leases) == 0 {
+			return
+		}
+		tk := leases[0]
+		m.leases[key] = leases[1:]
+		if m.wanted[key] {
+			require.False(t, s.EndFirstLease(tk), "%s: a wanted value's lease ended on the fast path", step)
+		}
+		last, err := s.EndLease(tk)
+		require.NoError(t, err, step)
+		assert.False(t, last, "%s: the end of a lease of a value still held released it", step)
+		_, err = s.EndLease(tk)
+		assert.ErrorIs(t, err, shard.ErrLeaseEnded, "%s: a lease ended twice", step)
+	case topWant:
+		if held {
+			s.Want()
+			m.wanted[key] = true
+		}
+	}
+}
+
+// endDraining ends the oldest lease of a value that left the table: the
+// last one of its value says so.
+func (m *tableModel) endDraining(t *testing.T, step string) {
+	if len(m.draining) == 0 {
+		return
+	}
+	d := m.draining[0]
+	m.draining = m.draining[1:]
+	rest := 0
+	for _, o := range m.draining {
+		if o.s == d.s {
+			rest++
+		}
+	}
+	assert.False(t, d.s.EndFirstLease(d.tk), "%s: a lease of a value that left the table ended on the fast path", step)
+	last, err := d.s.EndLease(d.tk)
+	require.NoError(t, err, step)
+	assert.Equal(t, rest == 0, last, "%s: the last lease of a value that left the table", step)
+	_, err = d.s.EndLease(d.tk)
+	assert.ErrorIs(t, err, shard.ErrLeaseEnded, "%s: a lease ended twice", step)
+}
+
+// walk moves the model's hand on until it has made two more laps: it must
+// have seen every slot in the table, across the shards and the rebuilds
+// since its last walk.
+func (m *tableModel) walk(t *testing.T, tb *shard.Table[int, int], step string) {
+	want := map[*shard.Slot[int, int]]bool{}
+	for s := range tb.All() {
+		want[s] = true
+	}
+	seen := map[*shard.Slot[int, int]]bool{}
+	for start, n := m.hand.Laps, 0; m.hand.Laps-start < 2; n++ {
+		require.Less(t, n, 1<<16, "%s: the hand does not come round", step)
+		s := m.hand.Next()
+		if s == nil {
+			require.Empty(t, want, "%s: the hand found nothing in a table of %d slots", step, len(want))
+			continue
+		}
+		seen[s] = true
+	}
+	for s := range want {
+		require.True(t, seen[s], "%s: two laps of the hand missed key %d", step, s.Key())
 	}
 }
 
@@ -221,6 +461,10 @@ func (m *tableModel) check(t *testing.T, tb *shard.Table[int, int], step string,
 			require.Equal(t, want, v, "%s: Load(%d)", step, k)
 		}
 		s := tb.Lookup(k)
+		if m.ages && held && k < fuzzSmallKeys {
+			require.Equal(t, m.age[k] == 0, tb.Young(s.State()), "%s: key %d of age %d", step, k, m.age[k])
+			require.Equal(t, len(m.leases[k]), s.Leased(), "%s: leases of key %d", step, k)
+		}
 		if ms := m.slots[k]; ms != nil {
 			require.Same(t, ms, s, "%s: key %d moved to another slot", step, k)
 			wantStatus := shard.Ready
