@@ -15,9 +15,6 @@ type gate struct {
 
 const gateClosed = int64(1) << 62
 
-// gateSize is the size of a gate, for the padding of stripe.
-const gateSize = 16
-
 func newGate() gate { return gate{drained: make(chan struct{})} }
 
 // enter reports whether the caller may start; if so it must call exit.
