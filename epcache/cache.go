@@ -64,7 +64,7 @@ func New[K comparable, V any](cfg Config[K, V]) (*Cache[K, V], error) {
 		closeDone:  make(chan struct{}),
 	}
 	if cfg.MaxEntries > 0 {
-		c.room = newRoom(cfg.MaxEntries, t)
+		c.room = newRoom[K, V](cfg.MaxEntries)
 		t.SetProbation()
 	}
 	if cfg.IdleTimeout > 0 {

@@ -171,6 +171,9 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 			st.ready.Add(1)
 			f.Finish(v, nil, time.Time{})
 			c.armSweep()
+			if c.room != nil {
+				c.room.published(s)
+			}
 			c.kick() // a waiter for room may evict it, or another
 			return
 		}

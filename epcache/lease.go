@@ -236,6 +236,9 @@ func (c *Cache[K, V]) offer(s *shard.Slot[K, V], st *shard.State[V], v V) (done,
 		f.Finish(v, nil, time.Time{})
 		f.Cancel(ErrOffered) // its value is no longer wanted: Create may stop
 		c.armSweep()
+		if c.room != nil {
+			c.room.published(s)
+		}
 		c.kick() // a waiter for room, queued since this Offer took its room, may evict it
 		return true, true
 	}
@@ -259,6 +262,9 @@ func (c *Cache[K, V]) offer(s *shard.Slot[K, V], st *shard.State[V], v V) (done,
 	stats.ready.Add(1)
 	f.Finish(v, nil, time.Time{})
 	c.armSweep()
+	if c.room != nil {
+		c.room.published(s)
+	}
 	c.kick() // a waiter for room, queued since this Offer took its room, may evict it
 	return true, true
 }

@@ -20,18 +20,73 @@ import (
 //
 // Only creations, releases and Offers touch it: a hit never does.
 type room[K comparable, V any] struct {
-	max     int64
-	used    atomic.Int64 // units taken; written under mu
-	waiting atomic.Int64 // len(queue), for kick's check without the lock
+	max      int64
+	used     atomic.Int64 // units taken; written under mu
+	waiting  atomic.Int64 // len(queue), for kick's check without the lock
+	evicting atomic.Int64 // evictions whose value's Release has not started: units on their way
 
 	mu    sync.Mutex
 	queue []*roomWaiter // in arrival order
 
 	handMu sync.Mutex
-	hand   *shard.Hand[K, V] // the clock hand of eviction; guarded by handMu
+	hand   clock[K, V]       // the clock hand of eviction; guarded by handMu
 	picks  []candidate[K, V] // evictOne's candidates; guarded by handMu
 
 	freq *sketch // how often keys reach the slow path (sketch.go)
+
+	// recent are the values published last, which every eviction weighs
+	// beside the hand's: a value asked for once (the tail of a Zipf
+	// distribution) goes before the hand comes round to it, as W-TinyLFU's
+	// admission window lets a newcomer go first.
+	recent [recentValues]atomic.Pointer[shard.Slot[K, V]]
+	next   atomic.Uint64
+}
+
+// recentValues is how many of the values published last evictions weigh.
+const recentValues = 16
+
+// published records s, whose value was just published: on the clock, and
+// among the recent.
+func (r *room[K, V]) published(s *shard.Slot[K, V]) {
+	r.recent[r.next.Add(1)%recentValues].Store(s)
+	r.handMu.Lock()
+	r.hand.slots = append(r.hand.slots, s)
+	r.handMu.Unlock()
+}
+
+// clock is the face of eviction's CLOCK: the slots of the values published
+// under MaxEntries, which the hand walks round and round. It holds the
+// values only, not the table's every slot: a table that has seen many more
+// keys than it holds values (every eviction leaves an empty slot behind,
+// until its shard is rebuilt) made a hand over the table walk ten empty
+// slots for each value. A slot whose value has left the cache is dropped
+// when the hand meets it. Guarded by room.handMu.
+type clock[K comparable, V any] struct {
+	slots []*shard.Slot[K, V]
+	pos   int
+	laps  int // times the hand came back to the start
+}
+
+// next returns the slot under the hand and moves on, or nil when the
+// clock is empty.
+func (h *clock[K, V]) next() *shard.Slot[K, V] {
+	for len(h.slots) > 0 {
+		if h.pos >= len(h.slots) {
+			h.pos = 0
+			h.laps++
+		}
+		s := h.slots[h.pos]
+		if st := s.State().Status(); st == shard.Dead || st == shard.Sealed {
+			// Gone for good (a slot holds one value in its life): drop it.
+			last := len(h.slots) - 1
+			h.slots[h.pos], h.slots[last] = h.slots[last], nil
+			h.slots = h.slots[:last]
+			continue
+		}
+		h.pos++
+		return s
+	}
+	return nil
 }
 
 // candidate is a value the clock hand found unused and unleased.
@@ -50,8 +105,8 @@ type roomWaiter struct {
 	served  bool          // guarded by room.mu
 }
 
-func newRoom[K comparable, V any](max int, t *shard.Table[K, V]) *room[K, V] {
-	return &room[K, V]{max: int64(max), hand: t.NewHand(), freq: newSketch(max)}
+func newRoom[K comparable, V any](max int) *room[K, V] {
+	return &room[K, V]{max: int64(max), freq: newSketch(max)}
 }
 
 // tryTake takes a unit if one is free and nobody waits for one.
@@ -136,7 +191,7 @@ func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], f *shar
 		return true, nil
 	}
 	c.stats.of(unsafe.Pointer(s)).roomWaits.Add(1)
-	c.evictOne()
+	c.kick()
 	select {
 	case <-w.granted:
 		return true, nil
@@ -153,11 +208,17 @@ func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], f *shar
 	}
 }
 
-// kick evicts a value if somebody waits for room: after something that may
-// have made one evictable (a value published, a lease of a value an
-// eviction wanted ended).
+// kick evicts a value if more creations wait for room than evictions are
+// on their way to them: when a creation joins the line, and after anything
+// that may have made a value evictable (a value published, a lease of a
+// value an eviction wanted ended). An eviction's unit goes to the first in
+// line, whoever asked for it, so a waiter that finds enough evictions on
+// their way is served by one of them. (Without the count, every lease's
+// end evicted a value while anyone waited: a third of the CPU of the
+// hotset workload, and more evictions than waiters, which left room
+// unused.)
 func (c *Cache[K, V]) kick() {
-	if c.room != nil && c.room.waiting.Load() > 0 {
+	if r := c.room; r != nil && r.waiting.Load() > r.evicting.Load() {
 		c.evictOne()
 	}
 }
@@ -183,19 +244,19 @@ func (c *Cache[K, V]) evictOne() bool {
 	defer r.handMu.Unlock()
 	picks := r.picks[:0]
 	defer func() { clear(picks); r.picks = picks[:0] }()
-	start, lap, unleased := r.hand.Laps, r.hand.Laps, false
-	for r.hand.Laps-start < maxLaps {
-		if r.hand.Laps != lap { // a lap ended: a slot is met once a lap
+	start, lap, unleased := r.hand.laps, r.hand.laps, false
+	for r.hand.laps-start < maxLaps {
+		if r.hand.laps != lap { // a lap ended: a slot is met once a lap
 			if len(picks) > 0 && c.evictPick(picks) {
 				return true
 			}
 			picks = picks[:0]
-			if !unleased && r.hand.Laps-start > 1 {
+			if !unleased && r.hand.laps-start > 1 {
 				return false
 			}
-			lap, unleased = r.hand.Laps, false
+			lap, unleased = r.hand.laps, false
 		}
-		s := r.hand.Next()
+		s := r.hand.next()
 		if s == nil || c.table.Closed() {
 			return false
 		}
@@ -204,7 +265,7 @@ func (c *Cache[K, V]) evictOne() bool {
 		if !c.table.Holds(s) {
 			continue // not a value
 		}
-		if used && r.hand.Laps-start >= 2 {
+		if used && r.hand.laps-start >= 2 {
 			// Two laps met no value unused since the lap before: every
 			// unleased value is in use all the time. One of them goes
 			// all the same, or a waiter would wait for as long as the
@@ -237,14 +298,33 @@ func (c *Cache[K, V]) evictOne() bool {
 // evictPick evicts the candidate asked for least that is still unused and
 // unleased, and reports whether there was one.
 func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) bool {
-	slices.SortStableFunc(picks, func(a, b candidate[K, V]) int { return a.freq - b.freq })
-	for _, p := range picks {
+	r := c.room
+	for i := range r.recent {
+		s := r.recent[i].Load()
+		if s == nil {
+			continue
+		}
+		if st := s.State(); c.table.Holds(s) && !c.table.Young(st) && s.Leased() == 0 {
+			picks = append(picks, candidate[K, V]{s, st, r.freq.estimate(c.table.Hash(s.Key()))})
+		}
+	}
+	for len(picks) > 0 {
+		// The least asked for first (the first of them: the hand's
+		// oldest), then the next: usually the first will do.
+		i := 0
+		for j := range picks {
+			if picks[j].freq < picks[i].freq {
+				i = j
+			}
+		}
+		p := picks[i]
 		if c.remove(p.s, p.st, func(p *stripe) { p.evictions.Add(1) }) {
 			return true
 		}
 		if p.s.Leased() > 0 {
 			p.s.Want() // leased as it was being removed: its end kicks
 		}
+		picks = slices.Delete(picks, i, i+1)
 	}
 	return false
 }
@@ -274,8 +354,17 @@ func (c *Cache[K, V]) remove(s *shard.Slot[K, V], st *shard.State[V], count func
 		p.gate.exit()
 		return true
 	}
+	if c.room != nil {
+		c.room.evicting.Add(1)
+	}
 	go func() {
 		defer p.gate.exit()
+		if c.room != nil {
+			// On its way: the unit comes back when Release returns, to
+			// the first in line. A Release that never returns must not
+			// keep every later waiter from evicting.
+			c.room.evicting.Add(-1)
+		}
 		c.releaseQuietly(p, s.Key(), v)
 	}()
 	return true
