@@ -424,6 +424,8 @@ func targets(results []bench.Result, direct map[string]float64) string {
 				row(what+"epcache ÷ xsync v4", d("epcache", "xsync4"), 0.9)
 				row(what+"epcache ÷ sync.Map", d("epcache", "syncmap"), 0.5)
 				row(what+"Load ÷ Get", d("epcache-load", "epcache"), 1.0)
+				// Issue 12: the hit with IdleTimeout and MaxEntries set.
+				row(what+"with IdleTimeout and MaxEntries ÷ without", d("epcache-lifecycle", "epcache"), 1.15)
 			}
 		}
 	}
