@@ -11,64 +11,19 @@ import (
 	"time"
 
 	"github.com/epcache/epcache/bench"
+	"github.com/epcache/epcache/internal/flaglist"
 )
 
-// listFlag is a comma-separated flag of T; set records whether it was given.
-type listFlag[T any] struct {
-	vals  []T
-	set   bool
-	parse func(string) (T, error)
-}
+// listFlag, oneOf, positiveInt and nonNegativeDuration are the shared
+// list flag and parsers, which epmesh uses too.
+type listFlag[T any] = flaglist.List[T]
 
-func (l *listFlag[T]) String() string {
-	parts := make([]string, len(l.vals))
-	for i, v := range l.vals {
-		parts[i] = fmt.Sprint(v)
-	}
-	return strings.Join(parts, ",")
-}
+var (
+	oneOf               = flaglist.OneOf
+	nonNegativeDuration = flaglist.NonNegativeDuration
+)
 
-func (l *listFlag[T]) Set(s string) error {
-	var vals []T
-	for part := range strings.SplitSeq(s, ",") {
-		v, err := l.parse(strings.TrimSpace(part))
-		if err != nil {
-			return err
-		}
-		vals = append(vals, v)
-	}
-	l.vals, l.set = vals, true
-	return nil
-}
-
-func oneOf(flagName string, allowed ...string) func(string) (string, error) {
-	return func(s string) (string, error) {
-		if !slices.Contains(allowed, s) {
-			return "", fmt.Errorf("%s %q: want one of %s", flagName, s, strings.Join(allowed, ", "))
-		}
-		return s, nil
-	}
-}
-
-func positiveInt(flagName string) func(string) (int, error) {
-	return func(s string) (int, error) {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			return 0, fmt.Errorf("%s %q: want a positive integer", flagName, s)
-		}
-		return n, nil
-	}
-}
-
-func nonNegativeDuration(flagName string) func(string) (time.Duration, error) {
-	return func(s string) (time.Duration, error) {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			return 0, fmt.Errorf("%s %q: want a Go duration of 0 or more, such as 1ms", flagName, s)
-		}
-		return d, nil
-	}
-}
+func positiveInt(flagName string) func(string) (int, error) { return flaglist.IntAtLeast(flagName, 1) }
 
 func fraction(flagName string) func(string) (float64, error) {
 	return func(s string) (float64, error) {
@@ -141,17 +96,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	// a bad flag gets its error and a hint (see main).
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	impls := &listFlag[string]{vals: bench.ImplNames(), parse: oneOf("-impl", bench.ImplNames()...)}
-	workloads := &listFlag[string]{vals: bench.Workloads, parse: oneOf("-workload", bench.Workloads...)}
-	keys := &listFlag[string]{vals: []string{"uint64", "string"}, parse: oneOf("-keys", "uint64", "string")}
-	dists := &listFlag[string]{vals: []string{"uniform"}, parse: oneOf("-dist", "uniform", "zipf")}
-	peers := &listFlag[int]{vals: []int{1024}, parse: positiveInt("-peers")}
-	goroutines := &listFlag[int]{parse: positiveInt("-goroutines")}
-	procs := &listFlag[int]{vals: defaultProcs(), parse: positiveInt("-procs")}
-	reads := &listFlag[float64]{vals: []float64{1, 0.99, 0.9}, parse: fraction("-reads")}
-	rtts := &listFlag[time.Duration]{vals: []time.Duration{0}, parse: nonNegativeDuration("-rtt")}
-	ctxs := &listFlag[string]{vals: []string{"background"}, parse: oneOf("-ctx", "background", "cancel")}
-	caps := &listFlag[int]{vals: []int{hotsetCap}, parse: positiveInt("-cap")}
+	impls := &listFlag[string]{Vals: bench.ImplNames(), Parse: oneOf("-impl", bench.ImplNames()...)}
+	workloads := &listFlag[string]{Vals: bench.Workloads, Parse: oneOf("-workload", bench.Workloads...)}
+	keys := &listFlag[string]{Vals: []string{"uint64", "string"}, Parse: oneOf("-keys", "uint64", "string")}
+	dists := &listFlag[string]{Vals: []string{"uniform"}, Parse: oneOf("-dist", "uniform", "zipf")}
+	peers := &listFlag[int]{Vals: []int{1024}, Parse: positiveInt("-peers")}
+	goroutines := &listFlag[int]{Parse: positiveInt("-goroutines")}
+	procs := &listFlag[int]{Vals: defaultProcs(), Parse: positiveInt("-procs")}
+	reads := &listFlag[float64]{Vals: []float64{1, 0.99, 0.9}, Parse: fraction("-reads")}
+	rtts := &listFlag[time.Duration]{Vals: []time.Duration{0}, Parse: nonNegativeDuration("-rtt")}
+	ctxs := &listFlag[string]{Vals: []string{"background"}, Parse: oneOf("-ctx", "background", "cancel")}
+	caps := &listFlag[int]{Vals: []int{hotsetCap}, Parse: positiveInt("-cap")}
 	fs.StringVar(&o.suite, "suite", "default", "the suite to run when no workload or size flag is given: default, quick, full or ci")
 	fs.Var(impls, "impl", "implementations to run: "+strings.Join(bench.ImplNames(), ", "))
 	fs.Var(workloads, "workload", "workloads to run: "+strings.Join(bench.Workloads, ", "))
@@ -211,12 +166,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	case o.margin < 1:
 		return o, usageError{fmt.Errorf("-margin %v: want at least 1", o.margin)}
 	}
-	if rtts.set && !slices.ContainsFunc(workloads.vals, func(w string) bool { return bench.Spec{Workload: w}.IsMesh() }) {
+	if rtts.Given && !slices.ContainsFunc(workloads.Vals, func(w string) bool { return bench.Spec{Workload: w}.IsMesh() }) {
 		return o, usageError{fmt.Errorf("-rtt models the network of the mesh workloads (tcpstorm, ucxstorm); -workload %s has none", workloads)}
 	}
 	o.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
-	if (o.set["cap"] || o.set["zipf"] || o.set["idle"]) && !slices.Contains(workloads.vals, "hotset") {
+	if (o.set["cap"] || o.set["zipf"] || o.set["idle"]) && !slices.Contains(workloads.Vals, "hotset") {
 		return o, usageError{fmt.Errorf("-cap, -zipf and -idle shape the hotset workload; -workload %s does not run it", workloads)}
 	}
 	switch {
@@ -225,10 +180,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	case o.idle < 0:
 		return o, usageError{fmt.Errorf("-idle %v: want 0 (never) or a positive duration", o.idle)}
 	}
-	o.impls, o.workloads, o.keys, o.dists = impls.vals, workloads.vals, keys.vals, dists.vals
-	o.peers, o.goroutines, o.procs, o.reads, o.ctxs, o.rtts = peers.vals, goroutines.vals, procs.vals, reads.vals, ctxs.vals, rtts.vals
-	o.caps = caps.vals
-	if workloads.set || keys.set || dists.set || peers.set || goroutines.set || reads.set || ctxs.set || rtts.set || caps.set || o.set["zipf"] || o.set["idle"] {
+	o.impls, o.workloads, o.keys, o.dists = impls.Vals, workloads.Vals, keys.Vals, dists.Vals
+	o.peers, o.goroutines, o.procs, o.reads, o.ctxs, o.rtts = peers.Vals, goroutines.Vals, procs.Vals, reads.Vals, ctxs.Vals, rtts.Vals
+	o.caps = caps.Vals
+	if workloads.Given || keys.Given || dists.Given || peers.Given || goroutines.Given || reads.Given || ctxs.Given || rtts.Given || caps.Given || o.set["zipf"] || o.set["idle"] {
 		o.suite = "" // a custom suite
 	}
 	return o, nil

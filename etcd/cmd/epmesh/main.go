@@ -51,13 +51,13 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/epcache/epcache/bench"
 	"github.com/epcache/epcache/etcd/etcdtest"
+	"github.com/epcache/epcache/internal/flaglist"
 )
 
 func main() {
@@ -113,10 +113,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("epmesh", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	ns := &listFlag[int]{vals: []int{8}, parse: intAtLeast("-n", 2)}
-	scen := &listFlag[string]{vals: scenarios, parse: oneOf("-scenario", scenarios...)}
-	impls := &listFlag[string]{vals: []string{"epcache", "mutex"}, parse: oneOf("-impl", bench.ImplNames()...)}
-	rtts := &listFlag[time.Duration]{vals: []time.Duration{0, 5 * time.Millisecond}, parse: nonNegativeDuration("-rtt")}
+	ns := &flaglist.List[int]{Vals: []int{8}, Parse: flaglist.IntAtLeast("-n", 2)}
+	scen := &flaglist.List[string]{Vals: scenarios, Parse: flaglist.OneOf("-scenario", scenarios...)}
+	impls := &flaglist.List[string]{Vals: []string{"epcache", "mutex"}, Parse: flaglist.OneOf("-impl", bench.ImplNames()...)}
+	rtts := &flaglist.List[time.Duration]{Vals: []time.Duration{0, 5 * time.Millisecond}, Parse: flaglist.NonNegativeDuration("-rtt")}
 	var etcd string
 	fs.Var(ns, "n", "processes, a list such as 8,32: every scenario runs for each")
 	fs.IntVar(&o.m, "m", 100, "mesh, faults: messages per ordered pair of processes")
@@ -147,7 +147,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
 	}
-	o.ns, o.scenarios, o.impls, o.rtts = ns.vals, scen.vals, impls.vals, rtts.vals
+	o.ns, o.scenarios, o.impls, o.rtts = ns.Vals, scen.Vals, impls.Vals, rtts.Vals
 	switch {
 	case o.m < 1:
 		return o, usageError{fmt.Errorf("-m %d: want at least 1", o.m)}
@@ -294,62 +294,6 @@ func measure(ctx context.Context, o options, self string, stderr io.Writer) (*Re
 		}
 	}
 	return rep, nil
-}
-
-// listFlag is a comma-separated flag of T.
-type listFlag[T any] struct {
-	vals  []T
-	parse func(string) (T, error)
-}
-
-func (l *listFlag[T]) String() string {
-	parts := make([]string, len(l.vals))
-	for i, v := range l.vals {
-		parts[i] = fmt.Sprint(v)
-	}
-	return strings.Join(parts, ",")
-}
-
-func (l *listFlag[T]) Set(s string) error {
-	var vals []T
-	for part := range strings.SplitSeq(s, ",") {
-		v, err := l.parse(strings.TrimSpace(part))
-		if err != nil {
-			return err
-		}
-		vals = append(vals, v)
-	}
-	l.vals = vals
-	return nil
-}
-
-func oneOf(name string, allowed ...string) func(string) (string, error) {
-	return func(s string) (string, error) {
-		if !slices.Contains(allowed, s) {
-			return "", fmt.Errorf("%s %q: want one of %s", name, s, strings.Join(allowed, ", "))
-		}
-		return s, nil
-	}
-}
-
-func intAtLeast(name string, least int) func(string) (int, error) {
-	return func(s string) (int, error) {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < least {
-			return 0, fmt.Errorf("%s %q: want an integer of at least %d", name, s, least)
-		}
-		return n, nil
-	}
-}
-
-func nonNegativeDuration(name string) func(string) (time.Duration, error) {
-	return func(s string) (time.Duration, error) {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			return 0, fmt.Errorf("%s %q: want a duration of 0 or more, such as 5ms", name, s)
-		}
-		return d, nil
-	}
 }
 
 // syncWriter serialises the writes to w.
