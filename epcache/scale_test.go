@@ -245,15 +245,18 @@ func TestMillionPeersSweepWithoutStoppingReaders(t *testing.T) {
 	const hot, idle = 1024, 2 * time.Second
 	eps := peers(n)
 	var (
-		hits, bad, released atomic.Int64
-		sweeping            atomic.Bool  // the fills are over: only a removal hashes an idle peer
-		hashed              atomic.Int64 // idle peers hashed since
-		mu                  sync.Mutex
-		sweeps              = map[string][]int64{} // the hits each sample saw, by the id of the goroutine that hashed
+		hits, bad, created, released atomic.Int64
+		sweeping                     atomic.Bool  // the fills are over: only a removal hashes an idle peer
+		hashed                       atomic.Int64 // idle peers hashed since
+		mu                           sync.Mutex
+		sweeps                       = map[string][]int64{} // the hits each sample saw, by the id of the goroutine that hashed
 	)
 	c, err := epcache.New(epcache.Config[int, *endpoint]{
 		IdleTimeout: idle,
-		Create:      func(_ context.Context, k int) (*endpoint, error) { return &eps[k], nil },
+		Create: func(_ context.Context, k int) (*endpoint, error) {
+			created.Add(1)
+			return &eps[k], nil
+		},
 		Release: func(k int, v *endpoint) {
 			if v != &eps[k] {
 				panic("Release of another key's value")
@@ -334,7 +337,11 @@ func TestMillionPeersSweepWithoutStoppingReaders(t *testing.T) {
 		assert.Positive(t, h, "the readers made no hit over quarter %d of a sweep that removed %d values", i+1, len(largest)*256)
 	}
 	require.NoError(t, c.Close())
-	assert.EqualValues(t, n, released.Load(), "every peer released once: the idle ones by the sweeps, the rest by Close")
+	// On a loaded machine a fill can take longer than IdleTimeout, so a hot
+	// peer may go idle before the readers reach it and be created again:
+	// the count that must hold is one release per creation, not per peer.
+	assert.GreaterOrEqual(t, created.Load(), int64(n))
+	assert.Equal(t, created.Load(), released.Load(), "every value created released once: the idle ones by the sweeps, the rest by Close")
 }
 
 // goroutineID returns the id of the calling goroutine, from the first line
