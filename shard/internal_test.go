@@ -34,3 +34,16 @@ func TestGroupLayout(t *testing.T) {
 		t.Fatalf("a group is %d bytes; want one 64-byte cache line", groupSize)
 	}
 }
+
+// TestLeaseTableOwnsItsLines pins the lease table's size to the allocation
+// size class of 128-byte objects, which start on 128-byte boundaries: a
+// smaller table shares its tickets' cache line with another value's, and
+// leases of two peers on two Ps contend.
+func TestLeaseTableOwnsItsLines(t *testing.T) {
+	if n := unsafe.Sizeof(leaseTable{}); n != 128 {
+		t.Fatalf("leaseTable is %d bytes, want 128", n)
+	}
+	if off := unsafe.Offsetof(leaseTable{}.tickets); off != 0 {
+		t.Fatalf("the tickets start at byte %d, want 0", off)
+	}
+}

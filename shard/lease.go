@@ -60,7 +60,16 @@ type leaseTable struct {
 	// slot (see Slot.Answered): written before the slot is published, read
 	// after it is invalidated, so the state's CAS orders the two.
 	straggler any
+	_         [leaseTablePad]byte
 }
+
+// leaseTablePad makes a lease table 128 bytes, an allocation size class
+// whose objects start on a 128-byte boundary: the tickets have a cache line
+// of their own. At 96 bytes, two tables, usually of values leased around
+// the same time (a table is made by its value's first lease), shared a
+// line, and leases of two different peers on two Ps wrote it in turn:
+// Acquire and Release on GOMAXPROCS 2 took 35-50 ns against 16.5 on one.
+const leaseTablePad = 128 - 8*leaseTickets - 8 - 8 - 16
 
 // abandoned is the lease table of a slot whose value left the table before
 // its first lease: every ticket is gone.
