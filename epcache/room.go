@@ -106,7 +106,12 @@ type roomWaiter struct {
 }
 
 func newRoom[K comparable, V any](max int) *room[K, V] {
-	return &room[K, V]{max: int64(max), freq: newSketch(max)}
+	return &room[K, V]{
+		max:  int64(max),
+		freq: newSketch(max),
+		// Room for evictPick's recent values too: it appends them.
+		picks: make([]candidate[K, V], 0, evictionSample+recentValues),
+	}
 }
 
 // tryTake takes a unit if one is free and nobody waits for one.
@@ -243,7 +248,7 @@ func (c *Cache[K, V]) evictOne() bool {
 	r.handMu.Lock()
 	defer r.handMu.Unlock()
 	picks := r.picks[:0]
-	defer func() { clear(picks); r.picks = picks[:0] }()
+	defer func() { clear(picks[:cap(picks)]); r.picks = picks[:0] }()
 	start, lap, unleased := r.hand.laps, r.hand.laps, false
 	for r.hand.laps-start < maxLaps {
 		if r.hand.laps != lap { // a lap ended: a slot is met once a lap

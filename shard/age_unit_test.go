@@ -83,22 +83,36 @@ func TestHandSeesEverySlot(t *testing.T) {
 	assert.Len(t, seen, n)
 }
 
-// Want sends every lease's end to the slow path, and changes nothing else.
+// Want sends the end of a lease held to the slow path, once, and changes
+// nothing else.
 func TestWant(t *testing.T) {
 	_, s := readySlot(t)
 	a, ok := s.Lease()
 	require.True(t, ok)
 	s.Want()
 	assert.False(t, s.EndFirstLease(a), "a wanted value's lease ended on the fast path")
-	last, err := s.EndLease(a)
+	last, wanted, err := s.EndWantedLease(a)
 	require.NoError(t, err)
 	assert.False(t, last)
+	assert.True(t, wanted, "the end of a wanted lease did not say so")
 	assert.Zero(t, s.Leased())
-	b, ok := s.Lease()
+	b, ok := s.Lease() // the ticket a held: its end served the want
 	require.True(t, ok)
 	assert.Equal(t, 1, s.Leased())
-	_, err = s.EndLease(b)
+	assert.True(t, s.EndFirstLease(b), "a want, served by the end of the lease it found, sent the next lease to the slow path")
+	c, ok := s.Lease()
+	require.True(t, ok)
+	d, ok := s.Lease() // the second ticket, free but marked by Want
+	require.True(t, ok)
+	_, wanted, err = s.EndWantedLease(d)
 	require.NoError(t, err)
+	assert.True(t, wanted, "the first lease of a ticket marked free: its end did not say it was wanted")
+	d, ok = s.Lease() // the second ticket again, whose end takes the slow path, unwanted now
+	require.True(t, ok)
+	_, wanted, err = s.EndWantedLease(d)
+	require.NoError(t, err)
+	assert.False(t, wanted, "the end of a second lease, not wanted, said it was")
+	require.True(t, s.EndFirstLease(c))
 	_, err = s.EndLease(b)
 	assert.ErrorIs(t, err, shard.ErrLeaseEnded)
 	assert.True(t, s.Abandon())

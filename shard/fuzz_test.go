@@ -35,8 +35,9 @@ import (
 // it expired after IdleSteps steps, InvalidateState succeeds only with the
 // state the value is in and no lease held, the hit path leases only a
 // young value, two laps of the hand see every slot, Leased counts the
-// leases held, a wanted value's lease never ends on EndFirstLease's fast
-// path, and the last lease of a value that left the table says so. With the next bit set too, the
+// leases held, a lease held when its value was marked wanted never ends
+// on EndFirstLease's fast path (nor does the one after it, on the same
+// ticket: the want is served once), and the last lease of a value that left the table says so. With the next bit set too, the
 // table puts values on probation (SetProbation): they are published cooled.
 //
 // The seed corpus is in testdata/fuzz/FuzzTable.
@@ -122,7 +123,7 @@ type tableModel struct {
 	age       map[int]int            // held keys: their value's age
 	states    map[int]seenState      // the last state a step saw for the key
 	leases    map[int][]shard.Ticket // leases of each held key's value, oldest first
-	wanted    map[int]bool           // held keys whose value is marked wanted
+	wanted    map[shard.Ticket]bool  // leases held when their value was marked wanted
 	draining  []drainingLease        // leases of values that left the table, oldest first
 	hand      *shard.Hand[int, int]
 	published int // the age Publish gives a value: young, or cooled on probation (SetProbation)
@@ -136,7 +137,7 @@ func runTableOps(t *testing.T, data []byte) {
 		slots: map[int]*shard.Slot[int, int]{}, seen: map[int]*shard.Slot[int, int]{},
 		next: burstBase,
 		ages: data[0]&0x80 != 0, age: map[int]int{}, states: map[int]seenState{},
-		leases: map[int][]shard.Ticket{}, wanted: map[int]bool{}, hand: tb.NewHand(),
+		leases: map[int][]shard.Ticket{}, wanted: map[shard.Ticket]bool{}, hand: tb.NewHand(),
 	}
 	ops := byte(numBaseTableOps)
 	if m.ages {
@@ -286,8 +287,10 @@ func (m *tableModel) left(t *testing.T, key int, s *shard.Slot[int, int], step s
 	}
 	_, ok := s.Lease()
 	assert.False(t, ok, "%s: a value that left the table was leased", step)
+	for _, tk := range leases {
+		delete(m.wanted, tk)
+	}
 	delete(m.leases, key)
-	delete(m.wanted, key)
 	delete(m.age, key)
 }
 
@@ -377,18 +380,25 @@ func (m *tableModel) applyAges(t *testing.T, tb *shard.Table[int, int], op table
 		}
 		tk := leases[0]
 		m.leases[key] = leases[1:]
-		if m.wanted[key] {
+		want := m.wanted[tk]
+		if want {
+			delete(m.wanted, tk)
 			require.False(t, s.EndFirstLease(tk), "%s: a wanted value's lease ended on the fast path", step)
 		}
-		last, err := s.EndLease(tk)
+		last, wanted, err := s.EndWantedLease(tk)
 		require.NoError(t, err, step)
+		if want {
+			assert.True(t, wanted, "%s: the end of a wanted lease did not say so", step)
+		}
 		assert.False(t, last, "%s: the end of a lease of a value still held released it", step)
 		_, err = s.EndLease(tk)
 		assert.ErrorIs(t, err, shard.ErrLeaseEnded, "%s: a lease ended twice", step)
 	case topWant:
 		if held {
 			s.Want()
-			m.wanted[key] = true
+			for _, tk := range m.leases[key] {
+				m.wanted[tk] = true
+			}
 		}
 	}
 }
