@@ -24,6 +24,7 @@ type room[K comparable, V any] struct {
 	used     atomic.Int64 // units taken; written under mu
 	waiting  atomic.Int64 // len(queue), for kick's check without the lock
 	evicting atomic.Int64 // evictions whose value's Release has not started: units on their way
+	kicks    atomic.Uint64 // calls of kick, so that an evictor sees one that found it evicting
 
 	mu    sync.Mutex
 	queue []*roomWaiter // in arrival order
@@ -222,11 +223,32 @@ func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], f *shar
 // end evicted a value while anyone waited: a third of the CPU of the
 // hotset workload, and more evictions than waiters, which left room
 // unused.)
+//
+// Evictions are combined: a kick that finds another evicting leaves the
+// work to it, and the evictor goes on while evictions are short, and looks
+// again after it lets go of the hand if any kick came meanwhile. (Each kick
+// waiting for the hand's lock in turn was a quarter of the evictions' CPU,
+// in the lock's spinning and its handoffs.)
 func (c *Cache[K, V]) kick() {
-	if r := c.room; r != nil && r.waiting.Load() > r.evicting.Load() {
-		c.evictOne()
+	r := c.room
+	if r == nil {
+		return
+	}
+	r.kicks.Add(1) // before TryLock: an evictor that lets go after this sees it
+	for r.short() && r.handMu.TryLock() {
+		seen := r.kicks.Load()
+		for r.short() && c.evictOne() {
+		}
+		r.handMu.Unlock()
+		if r.kicks.Load() == seen {
+			return // no kick since this one looked: whatever it missed, a later one will not
+		}
 	}
 }
+
+// short reports whether more creations wait for room than evictions are on
+// their way to them.
+func (r *room[K, V]) short() bool { return r.waiting.Load() > r.evicting.Load() }
 
 // evictOne evicts one unleased value, approximately the least recently
 // and least often used, and reports whether it found one. The clock hand
@@ -242,11 +264,11 @@ func (c *Cache[K, V]) kick() {
 // and the hand goes on: the walk ends when it evicts, or after a whole lap
 // that met no unleased value (every value leased or being created: the end
 // of a lease or a creation kicks the waiters), or after maxLaps laps.
+//
+// The caller holds room.handMu.
 func (c *Cache[K, V]) evictOne() bool {
 	const maxLaps = 8
 	r := c.room
-	r.handMu.Lock()
-	defer r.handMu.Unlock()
 	picks := r.picks[:0]
 	defer func() { clear(picks[:cap(picks)]); r.picks = picks[:0] }()
 	start, lap, unleased := r.hand.laps, r.hand.laps, false
