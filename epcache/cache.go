@@ -183,7 +183,7 @@ func (c *Cache[K, V]) obtain(ctx context.Context, key K, lease bool) (v V, l Lea
 				f.Cancel(ErrClosed)
 			}
 			if c.room != nil {
-				took, err := c.takeRoom(ctx, s, f)
+				took, err := c.takeRoom(ctx, s, claim, f, lease)
 				if !took {
 					return c.noRoom(ctx, s, claim, f, lease, err)
 				}
@@ -344,8 +344,15 @@ func (c *Cache[K, V]) invalidate(key K, match func(V) bool) bool {
 // releaseNow gives up v: it counts the release first, so that a panicking
 // Release (which propagates) is still counted once.
 func (c *Cache[K, V]) releaseNow(st *stripe, key K, v V) {
+	c.releaseNowKeeping(st, key, v, false)
+}
+
+// releaseNowKeeping is releaseNow; with keepRoom, the value's unit of room
+// (MaxEntries) does not come back when Release returns, or panics: the
+// caller takes it over.
+func (c *Cache[K, V]) releaseNowKeeping(st *stripe, key K, v V, keepRoom bool) {
 	st.releases.Add(1)
-	if c.room != nil {
+	if c.room != nil && !keepRoom {
 		defer c.room.put() // after Release returns, or panics
 	}
 	if c.release != nil {
@@ -363,6 +370,11 @@ func (c *Cache[K, V]) releaseNow(st *stripe, key K, v V) {
 // (creations, Close): a panic, or a runtime.Goexit, is recorded and
 // reported by Close.
 func (c *Cache[K, V]) releaseQuietly(st *stripe, key K, v V) {
+	c.releaseQuietlyKeeping(st, key, v, false)
+}
+
+// releaseQuietlyKeeping is releaseQuietly, and releaseNowKeeping's keepRoom.
+func (c *Cache[K, V]) releaseQuietlyKeeping(st *stripe, key K, v V, keepRoom bool) {
 	returned := false
 	defer func() {
 		if returned {
@@ -378,7 +390,7 @@ func (c *Cache[K, V]) releaseQuietly(st *stripe, key K, v V) {
 		c.releaseErrs = append(c.releaseErrs, err)
 		c.errMu.Unlock()
 	}()
-	c.releaseNow(st, key, v)
+	c.releaseNowKeeping(st, key, v, keepRoom)
 	returned = true
 }
 

@@ -88,7 +88,7 @@ type Config[K comparable, V any] struct {
 	// "About": it is removed between IdleTimeout and 5/4 IdleTimeout after
 	// its last use, by a sweep that runs every IdleTimeout/4 while the
 	// cache holds values and not at all while it holds none. A leased value
-	// is never removed. Release runs on the sweep's goroutine; its panics
+	// is never removed. Release runs on a goroutine of its own; its panics
 	// are reported by Close.
 	IdleTimeout time.Duration
 
@@ -108,6 +108,16 @@ type Config[K comparable, V any] struct {
 	// cache is full. With MaxEntries set, use Acquire rather than Get around
 	// a use of the value: eviction may release a value a Get returned as
 	// soon as the cache needs its room, and never one a Lease holds.
+	//
+	// A Get or Acquire that needs room and evicts a value runs that value's
+	// Release itself, on its own goroutine, since it would wait for it
+	// anyway, and takes the value's room over when Release returns (other
+	// evicted values are released on goroutines of their own). A panic in
+	// that Release is recovered and reported by Close, as from a
+	// creation's goroutine; a runtime.Goexit in it ends the evicting
+	// goroutine, and the key's other callers go on without it. Release may
+	// call Get even then: the room it waits for is not the room its caller
+	// holds.
 	MaxEntries int
 
 	// Shards spreads insertions of new keys over this many independently

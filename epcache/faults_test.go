@@ -602,10 +602,12 @@ func roomBack(t *testing.T, c *epcache.Cache[int, *conn]) error {
 	return err
 }
 
-// An eviction's Release runs on a goroutine of the cache's own. One that
-// panics, or calls runtime.Goexit, ends that goroutine and nothing else: its
-// room still comes back (the creation that waited for it goes on), the
-// value counts as released, and Close reports it, beside its own.
+// An eviction's Release runs on the goroutine of the Get that waits for
+// room and evicted the value. One that panics is recovered there: the Get
+// goes on as if it had returned. One that calls runtime.Goexit ends that
+// Get's goroutine (and nothing else: the key's claim is given up, and the
+// next Get of it creates it). Either way the room still comes back, the
+// value counts as released, and Close reports the failure, beside its own.
 func TestFaultReleaseFailsInEviction(t *testing.T) {
 	for _, mode := range []string{"panic", "goexit"} {
 		t.Run("release="+mode, func(t *testing.T) {
@@ -627,9 +629,32 @@ func TestFaultReleaseFailsInEviction(t *testing.T) {
 				})
 				ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 				defer cancel()
-				for k := 1; k <= 3; k++ {
-					_, err := c.Get(ctx, k) // key 3 evicts key 1 or 2
-					require.NoError(t, err, "Get(%d): the room of the failed Release never came back", k)
+				// get calls Get on a goroutine of its own, and reports
+				// whether it returned (not: a runtime.Goexit ended it).
+				get := func(k int) (returned bool, err error) {
+					done := make(chan struct{})
+					go func() {
+						defer close(done)
+						_, err = c.Get(ctx, k)
+						returned = true
+					}()
+					<-done
+					return returned, err
+				}
+				for k := 1; k <= 2; k++ {
+					returned, err := get(k)
+					require.True(t, returned)
+					require.NoError(t, err)
+				}
+				returned, err := get(3) // evicts key 1 or 2, and runs its Release
+				if mode == "panic" {
+					require.True(t, returned, "the panic of the Release its eviction ran reached the Get")
+					require.NoError(t, err, "Get(3): the room of the failed Release never came back")
+				} else {
+					require.False(t, returned, "the Release its eviction ran called runtime.Goexit, and the Get returned")
+					returned, err = get(3) // the claim was given up: this Get creates the key
+					require.True(t, returned)
+					require.NoError(t, err, "Get(3) after the Goexit: the room of the failed Release never came back")
 				}
 				synctest.Wait()
 				st := c.Stats()
@@ -641,8 +666,13 @@ func TestFaultReleaseFailsInEviction(t *testing.T) {
 					assert.EqualValues(t, 1, st.ReleasePanics)
 				}
 				// The cache goes on: another eviction, of key 3 or of key 1's
-				// or 2's survivor.
-				_, err := c.Get(ctx, 4)
+				// or 2's survivor (whose Release may end this Get too).
+				for range 2 {
+					if returned, err = get(4); returned {
+						break
+					}
+				}
+				require.True(t, returned)
 				require.NoError(t, err)
 				synctest.Wait()
 				err = roomBack(t, c)

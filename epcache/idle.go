@@ -75,7 +75,7 @@ func (c *Cache[K, V]) sweepOnce() {
 			continue
 		}
 		if c.table.Age(s, st) {
-			c.remove(s, st, func(p *stripe) { p.idleRemovals.Add(1) })
+			c.remove(s, st, false, func(p *stripe) { p.idleRemovals.Add(1) })
 		}
 	}
 }

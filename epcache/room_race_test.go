@@ -234,3 +234,59 @@ func TestAcquireThatWaitedNeverLeasesAnEvictedValue(t *testing.T) {
 		}
 	}
 }
+
+// A Get that evicts a value runs its Release, and a Release may call Get:
+// one for a key that needs room, in a full cache, must wait for room like
+// any other Get, not for the Get it runs in. MaxEntries 2 holds keys 1 and
+// 2, 2 leased; Get(3) evicts 1, whose Release calls Get(10), which finds
+// nothing to evict (2 is leased) and waits. The end of 2's lease lets an
+// eviction of 2 make room for Get(10); then Release(1) returns, and Get(3)
+// creates in the room of 1. (Had Get(3) kept its place in the line while it
+// ran Release(1), the room freed by 2 would have gone to it, and both
+// would have waited for each other for ever.)
+func TestReleaseThatGetsWaitsForRoomOfItsOwn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLedger()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		var c *epcache.Cache[int, *conn]
+		var inner error
+		c = newCache(t, l, nil, func(cfg *epcache.Config[int, *conn]) {
+			cfg.MaxEntries = 2
+			cfg.Release = func(k int, v *conn) {
+				if k == 1 {
+					_, inner = c.Get(ctx, 10)
+				}
+				l.release(k, v)
+			}
+		})
+		_, err := c.Get(ctx, 1)
+		require.NoError(t, err)
+		held, err := c.Acquire(ctx, 2)
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Get(ctx, 3)
+			done <- err
+		}()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("Get(3) returned (%v) while Release(1) waited for room", err)
+		default:
+		}
+		assert.EqualValues(t, 1, c.Stats().Evictions, "Get(3) evicted key 1")
+		held.Release() // 2 may go now: Get(10) gets its room, then Get(3) the room of 1
+		synctest.Wait()
+		require.NoError(t, <-done)
+		require.NoError(t, inner, "the Get in Release(1)")
+		st := c.Stats()
+		assert.EqualValues(t, 2, st.Evictions)
+		assert.EqualValues(t, 2, st.Releases)
+		assert.EqualValues(t, 2, st.Room)
+		for _, k := range []int{3, 10} {
+			_, ok := c.Load(k)
+			assert.True(t, ok, "key %d", k)
+		}
+	})
+}
