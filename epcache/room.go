@@ -34,6 +34,9 @@ type room[K comparable, V any] struct {
 	picks   []candidate[K, V] // evictOne's candidates; guarded by handMu
 	evicted []evicted[K, V]   // values evictOne took, to release once the hand is let go; guarded by handMu
 
+	freshMu sync.Mutex
+	fresh   []*shard.Slot[K, V] // published since the last eviction, not yet on the clock; guarded by freshMu
+
 	freq *sketch // how often keys reach the slow path (sketch.go)
 
 	// recent are the values published last, which every eviction weighs
@@ -49,11 +52,24 @@ const recentValues = 16
 
 // published records s, whose value was just published: on the clock, and
 // among the recent.
+//
+// It does not wait for the hand, which an eviction may hold for a while:
+// the slot joins the clock at the next eviction.
 func (r *room[K, V]) published(s *shard.Slot[K, V]) {
 	r.recent[r.next.Add(1)%recentValues].Store(s)
-	r.handMu.Lock()
-	r.hand.slots = append(r.hand.slots, s)
-	r.handMu.Unlock()
+	r.freshMu.Lock()
+	r.fresh = append(r.fresh, s)
+	r.freshMu.Unlock()
+}
+
+// joinFresh puts the slots published since the last eviction on the
+// clock. The caller holds handMu.
+func (r *room[K, V]) joinFresh() {
+	r.freshMu.Lock()
+	r.hand.slots = append(r.hand.slots, r.fresh...)
+	clear(r.fresh)
+	r.fresh = r.fresh[:0]
+	r.freshMu.Unlock()
 }
 
 // clock is the face of eviction's CLOCK: the slots of the values published
@@ -352,6 +368,7 @@ func (c *Cache[K, V]) evictOne() bool {
 	r := c.room
 	picks := r.picks[:0]
 	defer func() { clear(picks[:cap(picks)]); r.picks = picks[:0] }()
+	r.joinFresh()
 	start, lap, unleased := r.hand.laps, r.hand.laps, false
 	for r.hand.laps-start < maxLaps {
 		if r.hand.laps != lap { // a lap ended: a slot is met once a lap
