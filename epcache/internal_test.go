@@ -32,10 +32,37 @@ func TestSketch(t *testing.T) {
 	if got := s.estimate(a); got != 15 {
 		t.Fatalf("estimate %d after 23 adds; want it saturated at 15", got)
 	}
-	for i := range uint64(1000) { // ten times the capacity: one halving
+	for i := range uint64(3000) { // thirty times the capacity: a halving, or three
 		s.add(i * 0x9e3779b97f4a7c15)
 	}
 	if got := s.estimate(a); got > 8 {
 		t.Fatalf("estimate %d after a halving; want at most 8", got)
+	}
+}
+
+// A key's four counters lie in one cache line of the sketch, in four words
+// of their own.
+func TestSketchCountersShareALine(t *testing.T) {
+	s := newSketch(1000)
+	for h := range uint64(10_000) {
+		h *= 0x2545f4914f6cdd1d
+		var words [4]int
+		for i := range 4 {
+			w, _ := s.counter(h, i)
+			words[i] = int((uintptr(unsafe.Pointer(w)) - uintptr(unsafe.Pointer(&s.words[0]))) / 8)
+		}
+		for i := range 4 {
+			if words[i]/8 != words[0]/8 {
+				t.Fatalf("hash %#x: counters in words %v, not in one block of eight", h, words)
+			}
+			for j := range i {
+				if words[i] == words[j] {
+					t.Fatalf("hash %#x: counters %d and %d share word %d", h, i, j, words[i])
+				}
+			}
+		}
+	}
+	if uintptr(unsafe.Pointer(&s.words[0]))%64 != 0 {
+		t.Fatalf("the sketch's words start at %p, not on a cache line", &s.words[0])
 	}
 }
