@@ -306,8 +306,8 @@ func (c *Cache[K, V]) kick() {
 // to release (ok), and releases the others on goroutines of their own.
 func (c *Cache[K, V]) kickAndTake() (first evicted[K, V], ok bool) {
 	r := c.room
-	if r == nil {
-		return first, false
+	if r == nil || !r.short() {
+		return first, false // (and no write: most lease ends and publications find no one short)
 	}
 	r.kicks.Add(1) // before TryLock: an evictor that lets go after this sees it
 	for r.short() && r.handMu.TryLock() {
