@@ -14,9 +14,12 @@ import (
 // room is the bound of Config.MaxEntries: a count of units, one taken by
 // each creation before its Create starts (or by an Offer) and given back
 // when its value's Release returns, or when the creation ends without a
-// value. Waiters are served in the order they came, a unit handed straight
-// to the first of them, so that a newcomer never takes the unit an
-// eviction freed for somebody who waited.
+// value. Waiters are served in the order they came, a unit given back
+// handed straight to the first of them, so that a newcomer never takes a
+// unit freed for somebody who waited; the exception is the unit of a value
+// a waiter's own kick evicted, which that waiter takes over after running
+// its Release (takeRoom): every waiter kicks for itself, and one whose
+// kick found nothing to evict waits for the first unit given back.
 //
 // Only creations, releases and Offers touch it: a hit never does.
 type room[K comparable, V any] struct {
@@ -205,15 +208,22 @@ func (r *room[K, V]) leave(w *roomWaiter) {
 	r.put()
 }
 
-// leaveUnlessServed takes w out of the line and reports true, unless a
-// unit was handed to it already (false: the unit is w's).
-func (r *room[K, V]) leaveUnlessServed(w *roomWaiter) bool {
+// leaveTakingOver takes w out of the line and reports true, unless a unit
+// was handed to it already (false: the unit is w's). w is leaving to take
+// over the unit of a value its kick evicted (counted in evicting): the
+// value stops counting as on its way first, then w as waiting, so that a
+// kick in between sees a waiter short of room, if anything, and never
+// misses one (short reads waiting first). Leaving the line first hid a
+// creation that queued in between from its own kick, which evicted
+// nothing, and it waited for the next kick: the end of this creation.
+func (r *room[K, V]) leaveTakingOver(w *roomWaiter) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if w.served {
 		return false
 	}
 	r.queue = slices.DeleteFunc(r.queue, func(q *roomWaiter) bool { return q == w })
+	r.evicting.Add(-1)
 	r.waiting.Add(-1)
 	return true
 }
@@ -248,7 +258,7 @@ func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], claim *
 	}
 	c.stats.of(unsafe.Pointer(s)).roomWaits.Add(1)
 	if e, ok := c.kickAndTake(); ok {
-		if !r.leaveUnlessServed(w) {
+		if !r.leaveTakingOver(w) {
 			// A unit reached w meanwhile: it is w's, and e's goes to
 			// the line.
 			go c.releaseEvicted(e, false)
@@ -263,7 +273,23 @@ func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], claim *
 		}()
 		c.releaseEvicted(e, true)
 		returned = true
-		return true, nil
+		// The unit is w's now, unless the wait ended meanwhile as it
+		// would have in line: an Offer answered the claim (its value
+		// is the claimer's at once, and no Create starts), the
+		// context, Close.
+		select {
+		case <-f.Done():
+			r.put()
+			return false, nil
+		case <-ctx.Done():
+			r.put()
+			return false, c.noRoomError(s, ctx)
+		case <-c.closing:
+			r.put()
+			return false, ErrClosed
+		default:
+			return true, nil
+		}
 	}
 	select {
 	case <-w.granted:
@@ -273,12 +299,17 @@ func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], claim *
 		return false, nil
 	case <-ctx.Done():
 		r.leave(w)
-		c.stats.of(unsafe.Pointer(s)).cancels.Add(1)
-		return false, fmt.Errorf("epcache: no room for key %v within MaxEntries %d: every value is leased or being created (waiting for room: %w)", s.Key(), r.max, ctx.Err())
+		return false, c.noRoomError(s, ctx)
 	case <-c.closing:
 		r.leave(w)
 		return false, ErrClosed
 	}
+}
+
+// noRoomError counts a wait for room that ctx ended, and says why.
+func (c *Cache[K, V]) noRoomError(s *shard.Slot[K, V], ctx context.Context) error {
+	c.stats.of(unsafe.Pointer(s)).cancels.Add(1)
+	return fmt.Errorf("epcache: no room for key %v within MaxEntries %d: every value is leased or being created (waiting for room: %w)", s.Key(), c.room.max, ctx.Err())
 }
 
 // kick evicts a value if more creations wait for room than evictions are
@@ -334,12 +365,14 @@ func (c *Cache[K, V]) kickAndTake() (first evicted[K, V], ok bool) {
 
 // releaseEvicted releases a value an eviction took: the unit comes back
 // when Release returns, to the first in line, or, with keepRoom, to the
-// caller.
+// caller, which took it off evicting (leaveTakingOver).
 func (c *Cache[K, V]) releaseEvicted(e evicted[K, V], keepRoom bool) {
 	defer e.p.gate.exit()
-	// On its way no more: a Release that never returns must not keep
-	// every later waiter from evicting.
-	c.room.evicting.Add(-1)
+	if !keepRoom {
+		// On its way no more: a Release that never returns must not
+		// keep every later waiter from evicting.
+		c.room.evicting.Add(-1)
+	}
 	c.releaseQuietlyKeeping(e.p, e.key, e.v, keepRoom)
 }
 
