@@ -277,19 +277,25 @@ func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], claim *
 		// would have in line: an Offer answered the claim (its value
 		// is the claimer's at once, and no Create starts), the
 		// context, Close.
-		select {
-		case <-f.Done():
+		// (Looked at one by one: f.Done() would make a channel, and a
+		// select of three cost 5% of the hotset's throughput.)
+		if f.Finished() {
 			r.put()
 			return false, nil
+		}
+		select {
 		case <-ctx.Done():
 			r.put()
 			return false, c.noRoomError(s, ctx)
+		default:
+		}
+		select {
 		case <-c.closing:
 			r.put()
 			return false, ErrClosed
 		default:
-			return true, nil
 		}
+		return true, nil
 	}
 	select {
 	case <-w.granted:

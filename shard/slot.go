@@ -182,6 +182,10 @@ var closed = func() chan struct{} {
 // finished reports whether Finish has been called.
 func (f *Flight[V]) finished() bool { return f.done.Load() == &closed }
 
+// Finished reports whether the outcome is set, without making Done's
+// channel.
+func (f *Flight[V]) Finished() bool { return f.finished() }
+
 // Done is closed when the outcome is set. The first call before then makes
 // the channel.
 func (f *Flight[V]) Done() <-chan struct{} {
