@@ -11,8 +11,8 @@ func TestStripeIsPaddedTo128Bytes(t *testing.T) {
 	}
 }
 
-// The frequency sketch counts, saturates at 15, halves every ten times its
-// capacity, and tells a recurring key from a one-off.
+// The frequency sketch counts, saturates at 15, halves every thirty times
+// its capacity, and tells a recurring key from a one-off.
 func TestSketch(t *testing.T) {
 	s := newSketch(100)
 	const a, b = 0x1234567, 0x7654321
@@ -32,7 +32,7 @@ func TestSketch(t *testing.T) {
 	if got := s.estimate(a); got != 15 {
 		t.Fatalf("estimate %d after 23 adds; want it saturated at 15", got)
 	}
-	for i := range uint64(3000) { // thirty times the capacity: a halving, or three
+	for i := range uint64(9000) { // ninety times the capacity: a halving, or three
 		s.add(i * 0x9e3779b97f4a7c15)
 	}
 	if got := s.estimate(a); got > 8 {

@@ -7,8 +7,9 @@ import (
 
 // sketch estimates how often each key was asked for lately: a count-min
 // sketch of 4-bit counters, sixteen to a word, halved every time it has
-// counted ten times the cap, as TinyLFU's is (Einziger, Friedman and
-// Manes, 2017; Caffeine's and otter's frequency sketch). Eviction under
+// counted thirty times the cap (Einziger, Friedman and Manes, 2017;
+// Caffeine's and otter's frequency sketch, which halve at ten times: they
+// count every access, and this one about one in two). Eviction under
 // MaxEntries uses it to choose, among a few values the clock hand found
 // unused, the one asked for least often: a peer that is asked for once and
 // never again makes room before one that comes back.
@@ -32,7 +33,12 @@ func newSketch(capacity int) *sketch {
 		n <<= 1
 	}
 	n = max(n, 8)
-	return &sketch{words: make([]atomic.Uint64, n), mask: n - 1, period: 10 * int64(max(capacity, 8))}
+	// The period measured on the hotset workload (Zipf 1.01 over 100,000
+	// keys, cap 1,000): hit ratio 55.7% at 4 times the cap, 59.0% at 10,
+	// 60.1% at 20, 60.7% at 30 and 40, 59.8% at 60, and 51.8% at 120 (the
+	// counters saturate); at Zipf 1.2 and 1.4, 30 is as good as 10 or
+	// better.
+	return &sketch{words: make([]atomic.Uint64, n), mask: n - 1, period: 30 * int64(max(capacity, 8))}
 }
 
 // counter returns the word and the shift of the i-th counter of h. A
