@@ -240,7 +240,10 @@ var errNoRoomClaimer = fmt.Errorf("epcache: the claimer left while waiting for r
 // Offer: nil too, and f's Done is closed, with no unit taken), or with the
 // caller's context or Close (an error). The claimer holds s's gate.
 //
-// A waiter whose kick evicted a value leaves the line and releases that
+// A claimer that finds the cache full and nobody in line evicts a value
+// for itself, if it can take the clock hand at once, and does not queue
+// (evictForSelf); otherwise it queues and kicks. A waiter whose kick
+// evicted a value leaves the line, and either way the claimer releases that
 // value itself, on its own goroutine, and takes the value's unit over when
 // Release returns: it would wait for that Release anyway, and handing it
 // to a goroutine of its own cost a goroutine's start and two trips through
@@ -253,18 +256,31 @@ var errNoRoomClaimer = fmt.Errorf("epcache: the claimer left while waiting for r
 // the unit back and the claim up, as a claimer that left would.
 func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V], lease bool) (took bool, err error) {
 	r := c.room
-	w := r.takeOrEnqueue()
-	if w == nil {
-		return true, nil
+	var w *roomWaiter
+	e, ok := evicted[K, V]{}, false
+	if r.waiting.Load() == 0 && r.used.Load() >= r.max {
+		// Full, and nobody waits: evict for this creation, without a
+		// place in line (a waiter, its channel, and the line's lock
+		// twice). Read without the lock, the two are a hint: at worst
+		// a unit given back meanwhile stays free for the next comer.
+		e, ok = c.evictForSelf()
+	}
+	if !ok {
+		if w = r.takeOrEnqueue(); w == nil {
+			return true, nil
+		}
 	}
 	c.stats.of(unsafe.Pointer(s)).roomWaits.Add(1)
-	if e, ok := c.kickAndTake(); ok {
-		if !r.leaveTakingOver(w) {
+	if !ok {
+		e, ok = c.kickAndTake()
+		if ok && !r.leaveTakingOver(w) {
 			// A unit reached w meanwhile: it is w's, and e's goes to
 			// the line.
 			go c.releaseEvicted(e, false)
 			return true, nil
 		}
+	}
+	if ok {
 		returned := false
 		defer func() {
 			if !returned { // runtime.Goexit in Release
@@ -317,6 +333,37 @@ func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], claim *
 func (c *Cache[K, V]) noRoomError(s *shard.Slot[K, V], ctx context.Context) error {
 	c.stats.of(unsafe.Pointer(s)).cancels.Add(1)
 	return fmt.Errorf("epcache: no room for key %v within MaxEntries %d: every value is leased or being created (waiting for room: %w)", s.Key(), c.room.max, ctx.Err())
+}
+
+// evictForSelf evicts a value for a creation that is not in line, if it
+// can take the hand at once, and returns it (ok) for the caller to release
+// and take the room of; it evicts for the line too, as kick does. The value
+// does not count as on its way (evicting) once returned: a creation that
+// queued meanwhile, and found the line not short of room because it did,
+// is kicked for.
+func (c *Cache[K, V]) evictForSelf() (mine evicted[K, V], ok bool) {
+	r := c.room
+	if !r.handMu.TryLock() {
+		return mine, false
+	}
+	seen := r.kicks.Load()
+	ok = c.evictOne()
+	for r.short() && c.evictOne() {
+	}
+	out := r.evicted
+	r.evicted = nil
+	r.handMu.Unlock()
+	if ok {
+		mine, out = out[0], out[1:]
+		r.evicting.Add(-1)
+	}
+	for _, e := range out {
+		go c.releaseEvicted(e, false)
+	}
+	if r.kicks.Load() != seen || r.short() {
+		c.kick()
+	}
+	return mine, ok
 }
 
 // kick evicts a value if more creations wait for room than evictions are
@@ -372,7 +419,7 @@ func (c *Cache[K, V]) kickAndTake() (first evicted[K, V], ok bool) {
 
 // releaseEvicted releases a value an eviction took: the unit comes back
 // when Release returns, to the first in line, or, with keepRoom, to the
-// caller, which took it off evicting (leaveTakingOver).
+// caller, which took it off evicting (leaveTakingOver, evictForSelf).
 func (c *Cache[K, V]) releaseEvicted(e evicted[K, V], keepRoom bool) {
 	defer e.p.gate.exit()
 	if !keepRoom {
