@@ -251,9 +251,11 @@ func (o options) specs() ([]bench.Spec, error) {
 		s.Workload, s.Keys, s.Peers, s.Duration, s.Cost, s.Churn = "lease", "uint64", 128, 100*time.Millisecond, "none", 0.05
 		thrice(s, leasers)
 		// hotset once through, for its checks: epcache's peak live within
-		// the cap and no release under a lease (failures, as leaks are).
+		// the cap and no release under a lease (failures, as leaks are);
+		// and against otter, compared.
 		hot.Duration = 200 * time.Millisecond
 		add(hot, evictors)
+		thrice(hot, []string{"epcache", "otter"})
 		s = base
 		s.Workload, s.Keys, s.Peers, s.Goroutines = "tcpstorm", "uint64", 16, 4
 		add(s, caches)
