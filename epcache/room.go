@@ -116,6 +116,7 @@ type candidate[K comparable, V any] struct {
 	st     *shard.State[V]
 	freq   int
 	recent bool // one of the values published last, not the hand's
+	forced bool // in use, taken all the same (evictOne): its state is loaded afresh
 }
 
 // evictionSample is how many unused values evictOne compares by frequency
@@ -347,7 +348,10 @@ func (c *Cache[K, V]) evictForSelf() (mine evicted[K, V], ok bool) {
 		return mine, false
 	}
 	seen := r.kicks.Load()
-	ok = c.evictOne()
+	// The hand comes with room.evicted empty, so what is in it after the
+	// first eviction is this one's value, unless a lease caught the value
+	// as it left (remove: it lingers, and the lease's end releases it).
+	ok = c.evictOne() && len(r.evicted) > 0
 	for r.short() && c.evictOne() {
 	}
 	out := r.evicted
@@ -477,12 +481,17 @@ func (c *Cache[K, V]) evictOne() bool {
 		if !c.table.Holds(s) {
 			continue // not a value
 		}
+		forced := false
 		if used && r.hand.laps-start >= 2 {
 			// Two laps met no value unused since the lap before: every
 			// unleased value is in use all the time. One of them goes
 			// all the same, or a waiter would wait for as long as the
-			// others keep using theirs.
-			used, st = false, s.State()
+			// others keep using theirs: with its state loaded again
+			// as it is removed, young or not, for a use of a cooled
+			// value (Touch) between Cool and the removal saved it
+			// every time when uses came that often, and a use does not
+			// kick.
+			used, forced = false, true
 		}
 		if s.Leased() > 0 {
 			s.Want()
@@ -495,7 +504,7 @@ func (c *Cache[K, V]) evictOne() bool {
 		if used {
 			continue
 		}
-		picks = append(picks, candidate[K, V]{s, st, r.freq.estimate(c.table.Hash(s.Key())), false})
+		picks = append(picks, candidate[K, V]{s, st, r.freq.estimate(c.table.Hash(s.Key())), false, forced})
 		if len(picks) < evictionSample {
 			continue
 		}
@@ -517,7 +526,7 @@ func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) bool {
 			continue
 		}
 		if st := s.State(); c.table.Holds(s) && !c.table.Young(st) && s.Leased() == 0 {
-			picks = append(picks, candidate[K, V]{s, st, r.freq.estimate(c.table.Hash(s.Key())), true})
+			picks = append(picks, candidate[K, V]{s, st, r.freq.estimate(c.table.Hash(s.Key())), true, false})
 		}
 	}
 	for len(picks) > 0 {
@@ -534,6 +543,9 @@ func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) bool {
 			}
 		}
 		p := picks[i]
+		if p.forced {
+			p.st = p.s.State()
+		}
 		if c.remove(p.s, p.st, true, func(p *stripe) { p.evictions.Add(1) }) {
 			return true
 		}
