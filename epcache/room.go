@@ -3,6 +3,7 @@ package epcache
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,7 @@ type room[K comparable, V any] struct {
 	hand    clock[K, V]       // the clock hand of eviction; guarded by handMu
 	picks   []candidate[K, V] // evictOne's candidates; guarded by handMu
 	evicted []evicted[K, V]   // values evictOne took, to release once the hand is let go; guarded by handMu
+	gaveUp  bool              // the last evictOne met unleased values, all in use; guarded by handMu
 
 	freshMu sync.Mutex
 	fresh   []*shard.Slot[K, V] // published since the last eviction, not yet on the clock; guarded by freshMu
@@ -352,8 +354,7 @@ func (c *Cache[K, V]) evictForSelf() (mine evicted[K, V], ok bool) {
 	// first eviction is this one's value, unless a lease caught the value
 	// as it left (remove: it lingers, and the lease's end releases it).
 	ok = c.evictOne() && len(r.evicted) > 0
-	for r.short() && c.evictOne() {
-	}
+	c.evictWhileShort()
 	out := r.evicted
 	r.evicted = nil
 	r.handMu.Unlock()
@@ -401,8 +402,7 @@ func (c *Cache[K, V]) kickAndTake() (first evicted[K, V], ok bool) {
 	r.kicks.Add(1) // before TryLock: an evictor that lets go after this sees it
 	for r.short() && r.handMu.TryLock() {
 		seen := r.kicks.Load()
-		for r.short() && c.evictOne() {
-		}
+		c.evictWhileShort()
 		out := r.evicted
 		r.evicted = nil
 		r.handMu.Unlock()
@@ -443,20 +443,23 @@ func (r *room[K, V]) short() bool { return r.waiting.Load() > r.evicting.Load() 
 // cools young values and collects up to evictionSample unused, unleased
 // ones; of those, the one the frequency sketch says was asked for least
 // goes. (Plain CLOCK, the first unused value, measured 4 points of hit
-// ratio below this on the hotset workload.) Its Release runs on a
-// goroutine of its own, and the unit comes back when it returns. An unused
-// value that is leased is marked wanted, so that the end of its lease
-// calls kick.
+// ratio below this on the hotset workload.) The value goes to
+// room.evicted, which kick releases once it lets go of the hand; its unit
+// comes back when Release returns. An unused value that is leased is
+// marked wanted, so that the end of its lease calls kick.
 //
 // A candidate used or leased before it could be removed is passed over,
 // and the hand goes on: the walk ends when it evicts, or after a whole lap
 // that met no unleased value (every value leased or being created: the end
-// of a lease or a creation kicks the waiters), or after maxLaps laps.
+// of a lease or a creation kicks the waiters), or after maxLaps laps, which
+// sets room.gaveUp: unleased values were met, but uses kept saving them,
+// and a use kicks nobody.
 //
 // The caller holds room.handMu.
 func (c *Cache[K, V]) evictOne() bool {
 	const maxLaps = 8
 	r := c.room
+	r.gaveUp = false
 	picks := r.picks[:0]
 	defer func() { clear(picks[:cap(picks)]); r.picks = picks[:0] }()
 	r.joinFresh()
@@ -513,7 +516,31 @@ func (c *Cache[K, V]) evictOne() bool {
 		}
 		picks = picks[:0] // every one was used or leased meanwhile: go on
 	}
-	return len(picks) > 0 && c.evictPick(picks)
+	if len(picks) > 0 && c.evictPick(picks) {
+		return true
+	}
+	r.gaveUp = true
+	return false
+}
+
+// evictWhileShort evicts while more creations wait for room than
+// evictions are on their way to them, and something can be evicted. An
+// eviction that gave up on values in use all the time (evictOne) is tried
+// again a few times, letting their users run first: no use will kick.
+//
+// The caller holds room.handMu.
+func (c *Cache[K, V]) evictWhileShort() {
+	r := c.room
+	for again := 0; r.short(); {
+		if c.evictOne() {
+			continue
+		}
+		if !r.gaveUp || again == 16 {
+			return
+		}
+		again++
+		runtime.Gosched()
+	}
 }
 
 // evictPick evicts the candidate asked for least that is still unused and
