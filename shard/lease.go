@@ -3,6 +3,7 @@ package shard
 import (
 	"errors"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Leases keep a value alive after it has left the table.
@@ -69,7 +70,7 @@ type leaseTable struct {
 // the same time (a table is made by its value's first lease), shared a
 // line, and leases of two different peers on two Ps wrote it in turn:
 // Acquire and Release on GOMAXPROCS 2 took 35-50 ns against 16.5 on one.
-const leaseTablePad = 128 - 8*leaseTickets - 8 - 8 - 16
+const leaseTablePad = 128 - 8*leaseTickets - 8 - 8 - 2*unsafe.Sizeof(uintptr(0)) // straggler: two words
 
 // abandoned is the lease table of a slot whose value left the table before
 // its first lease: every ticket is gone.
