@@ -36,8 +36,7 @@ type room[K comparable, V any] struct {
 	handMu  sync.Mutex
 	hand    clock[K, V]       // the clock hand of eviction; guarded by handMu
 	picks   []candidate[K, V] // evictOne's candidates; guarded by handMu
-	evicted []evicted[K, V]   // values evictOne took, to release once the hand is let go; guarded by handMu
-	gaveUp  bool              // the last evictOne met unleased values, all in use; guarded by handMu
+	evicted []evicted[K, V]   // values evictOne took, for drainEvicted; guarded by handMu
 
 	freshMu sync.Mutex
 	fresh   []*shard.Slot[K, V] // published since the last eviction, not yet on the clock; guarded by freshMu
@@ -353,17 +352,13 @@ func (c *Cache[K, V]) evictForSelf() (mine evicted[K, V], ok bool) {
 	// The hand comes with room.evicted empty, so what is in it after the
 	// first eviction is this one's value, unless a lease caught the value
 	// as it left (remove: it lingers, and the lease's end releases it).
-	ok = c.evictOne() && len(r.evicted) > 0
+	took, _ := c.evictOne()
+	took = took && len(r.evicted) > 0
 	c.evictWhileShort()
-	out := r.evicted
-	r.evicted = nil
+	mine, ok = c.drainEvicted(took)
 	r.handMu.Unlock()
 	if ok {
-		mine, out = out[0], out[1:]
 		r.evicting.Add(-1)
-	}
-	for _, e := range out {
-		go c.releaseEvicted(e, false)
 	}
 	if r.kicks.Load() != seen || r.short() {
 		c.kick()
@@ -403,21 +398,31 @@ func (c *Cache[K, V]) kickAndTake() (first evicted[K, V], ok bool) {
 	for r.short() && r.handMu.TryLock() {
 		seen := r.kicks.Load()
 		c.evictWhileShort()
-		out := r.evicted
-		r.evicted = nil
-		r.handMu.Unlock()
-		for i, e := range out {
-			if !ok {
-				first, ok = e, true
-				continue
-			}
-			go c.releaseEvicted(e, false)
-			out[i] = evicted[K, V]{}
+		if e, took := c.drainEvicted(!ok); took {
+			first, ok = e, true
 		}
+		r.handMu.Unlock()
 		if r.kicks.Load() == seen {
 			break // no kick since this one looked: whatever it missed, a later one will not
 		}
 	}
+	return first, ok
+}
+
+// drainEvicted empties room.evicted, keeping its array: with take, the
+// first value is returned (ok) for the caller to release, and the others
+// are released on goroutines of their own. The caller holds room.handMu.
+func (c *Cache[K, V]) drainEvicted(take bool) (first evicted[K, V], ok bool) {
+	r := c.room
+	for _, e := range r.evicted {
+		if take && !ok {
+			first, ok = e, true
+			continue
+		}
+		go c.releaseEvicted(e, false)
+	}
+	clear(r.evicted)
+	r.evicted = r.evicted[:0]
 	return first, ok
 }
 
@@ -452,14 +457,13 @@ func (r *room[K, V]) short() bool { return r.waiting.Load() > r.evicting.Load() 
 // and the hand goes on: the walk ends when it evicts, or after a whole lap
 // that met no unleased value (every value leased or being created: the end
 // of a lease or a creation kicks the waiters), or after maxLaps laps, which
-// sets room.gaveUp: unleased values were met, but uses kept saving them,
-// and a use kicks nobody.
+// it reports as gaveUp: unleased values were met, but uses kept saving
+// them, and a use kicks nobody.
 //
 // The caller holds room.handMu.
-func (c *Cache[K, V]) evictOne() bool {
+func (c *Cache[K, V]) evictOne() (ok, gaveUp bool) {
 	const maxLaps = 8
 	r := c.room
-	r.gaveUp = false
 	picks := r.picks[:0]
 	defer func() { clear(picks[:cap(picks)]); r.picks = picks[:0] }()
 	r.joinFresh()
@@ -467,17 +471,17 @@ func (c *Cache[K, V]) evictOne() bool {
 	for r.hand.laps-start < maxLaps {
 		if r.hand.laps != lap { // a lap ended: a slot is met once a lap
 			if len(picks) > 0 && c.evictPick(picks) {
-				return true
+				return true, false
 			}
 			picks = picks[:0]
 			if !unleased && r.hand.laps-start > 1 {
-				return false
+				return false, false
 			}
 			lap, unleased = r.hand.laps, false
 		}
 		s := r.hand.next()
 		if s == nil || c.table.Closed() {
-			return false
+			return false, false
 		}
 		st := s.State()
 		used := !c.table.Cool(s, st) // a young value, cooled now: not a candidate yet
@@ -512,15 +516,14 @@ func (c *Cache[K, V]) evictOne() bool {
 			continue
 		}
 		if c.evictPick(picks) {
-			return true
+			return true, false
 		}
 		picks = picks[:0] // every one was used or leased meanwhile: go on
 	}
 	if len(picks) > 0 && c.evictPick(picks) {
-		return true
+		return true, false
 	}
-	r.gaveUp = true
-	return false
+	return false, true
 }
 
 // evictWhileShort evicts while more creations wait for room than
@@ -532,10 +535,11 @@ func (c *Cache[K, V]) evictOne() bool {
 func (c *Cache[K, V]) evictWhileShort() {
 	r := c.room
 	for again := 0; r.short(); {
-		if c.evictOne() {
+		ok, gaveUp := c.evictOne()
+		if ok {
 			continue
 		}
-		if !r.gaveUp || again == 16 {
+		if !gaveUp || again == 16 {
 			return
 		}
 		again++

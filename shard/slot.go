@@ -96,7 +96,7 @@ func (st *State[V]) Status() Status {
 	case flightBarrier:
 		return Blocked
 	}
-	if f.finished() {
+	if f.Finished() {
 		if f.err == nil {
 			// A snapshot taken before the slot was published: the flight
 			// succeeded, and waiting on it returns the value at once.
@@ -115,7 +115,7 @@ func (st *State[V]) expired(now time.Time) bool {
 	case Failed:
 		return !st.flight.until.IsZero() && !now.Before(st.flight.until)
 	case Blocked:
-		return st.flight.finished()
+		return st.flight.Finished()
 	}
 	return false
 }
@@ -179,12 +179,9 @@ var closed = func() chan struct{} {
 	return c
 }()
 
-// finished reports whether Finish has been called.
-func (f *Flight[V]) finished() bool { return f.done.Load() == &closed }
-
-// Finished reports whether the outcome is set, without making Done's
-// channel.
-func (f *Flight[V]) Finished() bool { return f.finished() }
+// Finished reports whether Finish has been called (the outcome is set),
+// without making Done's channel.
+func (f *Flight[V]) Finished() bool { return f.done.Load() == &closed }
 
 // Done is closed when the outcome is set. The first call before then makes
 // the channel.
@@ -347,7 +344,7 @@ func (s *Slot[K, V]) blockedBy() *State[V] {
 	}
 	f := tb.straggler.(*Flight[V])
 	if f.kind == flightBarrier { // an Offer stored s's value on a Blocked slot
-		if f.finished() {
+		if f.Finished() {
 			return nil
 		}
 		return &f.state
@@ -374,7 +371,7 @@ func (s *Slot[K, V]) blockedBy() *State[V] {
 // (its Flight's Done is closed), to Empty. It reports whether s still held
 // old.
 func (s *Slot[K, V]) Unblock(old *State[V]) bool {
-	return old.Status() == Blocked && old.flight.finished() && s.state.CompareAndSwap(old, nil)
+	return old.Status() == Blocked && old.flight.Finished() && s.state.CompareAndSwap(old, nil)
 }
 
 // Forget moves a slot from old, a remembered failure (Failed, non-zero
