@@ -449,7 +449,8 @@ func (r *room[K, V]) short() bool { return r.waiting.Load() > r.evicting.Load() 
 // ones; of those, the one the frequency sketch says was asked for least
 // goes. (Plain CLOCK, the first unused value, measured 4 points of hit
 // ratio below this on the hotset workload.) The value goes to
-// room.evicted, which kick releases once it lets go of the hand; its unit
+// room.evicted, for drainEvicted (the Get whose kick evicted it releases
+// it itself, or a goroutine of its own does); its unit
 // comes back when Release returns. An unused value that is leased is
 // marked wanted, so that the end of its lease calls kick.
 //
@@ -594,8 +595,7 @@ func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) bool {
 // (shard.Table.InvalidateState). An idle removal's value is released on a
 // goroutine of its own, which the gate lets Close wait for, so that a
 // Release that panics or calls runtime.Goexit (reported by Close) costs no
-// caller anything; an eviction's is left in room.evicted for kick, which
-// releases it once it has let go of the hand.
+// caller anything; an eviction's is left in room.evicted for drainEvicted.
 func (c *Cache[K, V]) remove(s *shard.Slot[K, V], st *shard.State[V], evicting bool, count func(*stripe)) bool {
 	p := c.stats.of(unsafe.Pointer(s))
 	if !p.gate.enter() {
@@ -625,7 +625,7 @@ func (c *Cache[K, V]) remove(s *shard.Slot[K, V], st *shard.State[V], evicting b
 	c.room.evicting.Add(1) // on its way to the first in line
 	e := evicted[K, V]{p, s.Key(), v}
 	if evicting {
-		c.room.evicted = append(c.room.evicted, e) // released once kick lets go of the hand
+		c.room.evicted = append(c.room.evicted, e) // for drainEvicted
 	} else {
 		go c.releaseEvicted(e, false)
 	}
