@@ -384,12 +384,15 @@ func (noMissCtx) String() string { return "shard.NoMiss" }
 // nothing it holds (ctx, above all) is spilled to the stack around one.
 func (t *Table[K, V]) Get(ctx context.Context, key K) (v V, err error) {
 	var h uint64
+	var str string // key, if a string
+	isStr := false // constant false where K is larger or smaller than a string
 	switch {
 	case unsafe.Sizeof(key) <= 8 && t.kind == kindInteger:
 		hi, lo := bits.Mul64(integerBits(key)^t.seeds.ka, t.seeds.kb)
 		h = hi ^ lo
 	case unsafe.Sizeof(key) == unsafe.Sizeof("") && t.kind == kindString:
-		h = hashString(stringOf(key), &t.seeds)
+		str, isStr = stringOf(key), true
+		h = hashString(str, &t.seeds)
 	default:
 		return t.getOther(ctx, key) // Config.Hash and composite keys
 	}
@@ -407,19 +410,35 @@ func (t *Table[K, V]) Get(ctx context.Context, key K) (v V, err error) {
 	n := (*atomic.Uint64)(base).Load() // the header's control word: the number of groups
 	g, _ := bits.Mul64(h, n)
 	tags := tagsOf(h)
+probe:
 	for {
 		grp := unsafe.Add(base, uintptr(g+1)*groupSize)
 		ctrl := (*atomic.Uint64)(grp).Load()
 		for m := matches(ctrl, tags); m != 0; m &= m - 1 {
 			s := (*Slot[K, V])(atomic.LoadPointer((*unsafe.Pointer)(unsafe.Add(grp, slotsOffset+uintptr(byteIndex(m))*ptrSize))))
-			if t.equal(s.key, key) {
-				// One comparison answers both "Ready" and "not closed":
-				// Close swaps hit for a state no slot ever holds.
-				if s.state.Load() == t.hit.Load() {
-					return s.value, nil
+			// t.equal, written out: a generic call here loads and
+			// nil-checks a sub-dictionary on every candidate, and joins
+			// its two comparisons through a flag kept on the stack.
+			if unsafe.Sizeof(key) == unsafe.Sizeof("") && isStr {
+				// Safety: K is string-kinded.
+				ks := *(*string)(unsafe.Pointer(&s.key))
+				if len(ks) != len(str) {
+					continue
 				}
-				return t.missed(ctx, key)
+				if unsafe.StringData(ks) != unsafe.StringData(str) {
+					if ks != str {
+						continue
+					}
+				}
+			} else if s.key != key {
+				continue
 			}
+			// One comparison answers both "Ready" and "not closed": Close
+			// swaps hit for a state no slot ever holds.
+			if s.state.Load() == t.hit.Load() {
+				return s.value, nil
+			}
+			break probe
 		}
 		if empties(ctrl) != 0 {
 			break

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -404,5 +405,38 @@ func checkHash[K comparable](t *testing.T, keys []K) {
 		v, ok := a.Load(k)
 		assert.True(t, ok, "%T %v", k, k)
 		assert.Equal(t, i, v)
+	}
+}
+
+// TestStringKeysCompareByContent checks Get's string comparison, which
+// looks at lengths and data pointers before the bytes: a key found through
+// another copy of its bytes hits, and prefixes of a stored key, which share
+// its data pointer, are other keys. Thousands of keys of one length make
+// tags match for keys that differ, so that bytes are compared too.
+func TestStringKeysCompareByContent(t *testing.T) {
+	tb := newTable[string, int](t, shard.Options[string]{})
+	const stored = "tcp://host-7.cluster.local:50051"
+	publish(t, tb, stored, -1)
+	publish(t, tb, stored[:10], -2) // a prefix: same data pointer, other length
+	const n = 5000
+	for i := range n {
+		publish(t, tb, fmt.Sprintf("peer-%05d", i), i)
+	}
+	for i := range n {
+		v, err := tb.Get(shard.NoMiss, strings.Clone(fmt.Sprintf("peer-%05d", i)))
+		require.NoError(t, err)
+		require.Equal(t, i, v)
+	}
+	for _, k := range []string{stored, strings.Clone(stored), string([]byte(stored))} {
+		v, err := tb.Get(shard.NoMiss, k)
+		require.NoError(t, err)
+		assert.Equal(t, -1, v)
+	}
+	v, err := tb.Get(shard.NoMiss, strings.Clone(stored[:10]))
+	require.NoError(t, err)
+	assert.Equal(t, -2, v)
+	for _, k := range []string{stored[:11], stored[:len(stored)-1], strings.Replace(stored, "7", "8", 1), "", "peer-99999"} {
+		_, err := tb.Get(shard.NoMiss, k)
+		assert.Error(t, err, "%q is not a stored key", k)
 	}
 }
