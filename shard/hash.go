@@ -145,7 +145,7 @@ func hashString(s string, sd *seeds) uint64 {
 	case n < 8:
 		a = r4(p)
 		b = r4(unsafe.Add(p, n-4))
-	case n <= 16:
+	case n <= 16: // Table.Get has its own copy of this case
 		a = r8(p)
 		b = r8(unsafe.Add(p, n-8))
 	default:

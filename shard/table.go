@@ -392,7 +392,20 @@ func (t *Table[K, V]) Get(ctx context.Context, key K) (v V, err error) {
 		h = hi ^ lo
 	case unsafe.Sizeof(key) == unsafe.Sizeof("") && t.kind == kindString:
 		str, isStr = stringOf(key), true
-		h = hashString(str, &t.seeds)
+		if n := uint64(len(str)); n-8 <= 8 {
+			// hashString's case for 8 to 16 bytes, written out (too large
+			// for the inliner): peer names of that length are hashed
+			// without a call, and nothing is spilled around one. 5% faster
+			// on go test -bench Hit with string keys, a quarter of them 8
+			// to 10 bytes long, at 1,024 peers. TestStringKeysCompareByContent
+			// checks that the two agree at every length.
+			//
+			// Safety: two 8-byte reads within the n bytes at p.
+			p := unsafe.Pointer(unsafe.StringData(str))
+			h = mum(mixC^n, mum(r8(p)^t.seeds.s1, r8(unsafe.Add(p, n-8))^t.seeds.s0))
+		} else {
+			h = hashString(str, &t.seeds)
+		}
 	default:
 		return t.getOther(ctx, key) // Config.Hash and composite keys
 	}

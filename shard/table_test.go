@@ -1,6 +1,7 @@
 package shard_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -427,6 +428,23 @@ func TestStringKeysCompareByContent(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, i, v)
 	}
+	// Every length up to 70: Get hashes 8 to 16 bytes itself, the rest
+	// (and every insertion) with hashString. A hash of Get's own that
+	// disagreed would send the key to its miss, which looks it up again.
+	for n := range 71 {
+		publish(t, tb, strings.Repeat("x", n), 10_000+n)
+	}
+	var missed []string
+	tb.SetMiss(func(_ context.Context, k string) (int, error) {
+		missed = append(missed, k)
+		return 0, errors.New("missed")
+	})
+	for n := range 71 {
+		v, err := tb.Get(context.Background(), strings.Repeat("x", n))
+		require.NoError(t, err, "%d bytes", n)
+		require.Equal(t, 10_000+n, v)
+	}
+	require.Empty(t, missed, "Get's hit path did not find these keys")
 	for _, k := range []string{stored, strings.Clone(stored), string([]byte(stored))} {
 		v, err := tb.Get(shard.NoMiss, k)
 		require.NoError(t, err)
@@ -435,7 +453,7 @@ func TestStringKeysCompareByContent(t *testing.T) {
 	v, err := tb.Get(shard.NoMiss, strings.Clone(stored[:10]))
 	require.NoError(t, err)
 	assert.Equal(t, -2, v)
-	for _, k := range []string{stored[:11], stored[:len(stored)-1], strings.Replace(stored, "7", "8", 1), "", "peer-99999"} {
+	for _, k := range []string{stored[:11], stored[:len(stored)-1], strings.Replace(stored, "7", "8", 1), "peer-99999"} {
 		_, err := tb.Get(shard.NoMiss, k)
 		assert.Error(t, err, "%q is not a stored key", k)
 	}
