@@ -416,6 +416,15 @@ func checkHash[K comparable](t *testing.T, keys []K) {
 // tags match for keys that differ, so that bytes are compared too.
 func TestStringKeysCompareByContent(t *testing.T) {
 	tb := newTable[string, int](t, shard.Options[string]{})
+	// Lookups that must hit use a live context and this miss, so that a
+	// hit path that missed is seen: the miss of a NoMiss lookup looks the
+	// key up again and would hide it.
+	var missed []string
+	tb.SetMiss(func(_ context.Context, k string) (int, error) {
+		missed = append(missed, k)
+		return 0, errors.New("missed")
+	})
+	ctx := context.Background()
 	const stored = "tcp://host-7.cluster.local:50051"
 	publish(t, tb, stored, -1)
 	publish(t, tb, stored[:10], -2) // a prefix: same data pointer, other length
@@ -424,35 +433,30 @@ func TestStringKeysCompareByContent(t *testing.T) {
 		publish(t, tb, fmt.Sprintf("peer-%05d", i), i)
 	}
 	for i := range n {
-		v, err := tb.Get(shard.NoMiss, strings.Clone(fmt.Sprintf("peer-%05d", i)))
+		v, err := tb.Get(ctx, strings.Clone(fmt.Sprintf("peer-%05d", i)))
 		require.NoError(t, err)
 		require.Equal(t, i, v)
 	}
 	// Every length up to 70: Get hashes 8 to 16 bytes itself, the rest
-	// (and every insertion) with hashString. A hash of Get's own that
-	// disagreed would send the key to its miss, which looks it up again.
+	// (and every insertion) with hashString: a hash of Get's own that
+	// disagreed would miss.
 	for n := range 71 {
 		publish(t, tb, strings.Repeat("x", n), 10_000+n)
 	}
-	var missed []string
-	tb.SetMiss(func(_ context.Context, k string) (int, error) {
-		missed = append(missed, k)
-		return 0, errors.New("missed")
-	})
 	for n := range 71 {
-		v, err := tb.Get(context.Background(), strings.Repeat("x", n))
+		v, err := tb.Get(ctx, strings.Repeat("x", n))
 		require.NoError(t, err, "%d bytes", n)
 		require.Equal(t, 10_000+n, v)
 	}
-	require.Empty(t, missed, "Get's hit path did not find these keys")
 	for _, k := range []string{stored, strings.Clone(stored), string([]byte(stored))} {
-		v, err := tb.Get(shard.NoMiss, k)
+		v, err := tb.Get(ctx, k)
 		require.NoError(t, err)
 		assert.Equal(t, -1, v)
 	}
-	v, err := tb.Get(shard.NoMiss, strings.Clone(stored[:10]))
+	v, err := tb.Get(ctx, strings.Clone(stored[:10]))
 	require.NoError(t, err)
 	assert.Equal(t, -2, v)
+	require.Empty(t, missed, "Get's hit path did not find these keys")
 	for _, k := range []string{stored[:11], stored[:len(stored)-1], strings.Replace(stored, "7", "8", 1), "peer-99999"} {
 		_, err := tb.Get(shard.NoMiss, k)
 		assert.Error(t, err, "%q is not a stored key", k)
