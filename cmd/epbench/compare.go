@@ -39,6 +39,7 @@ func compared(s bench.Spec) bool { return !s.IsMesh() || s.RTT > 0 }
 // spec, in this run and, with -compare, in the baseline.
 type ratio struct {
 	name     string // the spec's name with impl=epcache÷ref, and its GOMAXPROCS
+	group    string // groupKey of the spec
 	workload string
 	baseline float64 // 0: not compared
 	current  float64
@@ -50,10 +51,29 @@ type comparison struct {
 	baseline string // the baseline's path
 	margin   float64
 	rows     []ratio
+	rechecks int // how many more runs each spec of a worse ratio had (-recheck)
 }
 
 func (c *comparison) limit(r ratio) float64 { return r.baseline * c.margin }
 func (c *comparison) worse(r ratio) bool    { return r.current > c.limit(r) }
+
+// worseSpecs returns the specs, of those given, whose ratios are worse than
+// the margin allows.
+func (c *comparison) worseSpecs(specs []bench.Spec) []bench.Spec {
+	worse := map[string]bool{}
+	for _, r := range c.rows {
+		if c.worse(r) {
+			worse[r.group] = true
+		}
+	}
+	var out []bench.Spec
+	for _, s := range specs {
+		if worse[groupKey(s)] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
 
 // find returns the baseline's ratio of the given name.
 func (c *comparison) find(name string) (ratio, bool) {
@@ -108,6 +128,9 @@ func loadComparison(baselinePath string, current []bench.Result, margin float64)
 func (c *comparison) write(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "\nepcache ÷ reference (smaller is better)\tbaseline\tnow\tlimit (×%g)\t\n", c.margin)
+	if c.rechecks > 0 {
+		fmt.Fprintf(tw, "(a spec whose ratio was worse than its limit ran %d more times; its ratio is from the medians of all its runs)\n", c.rechecks)
+	}
 	var worse []string
 	for _, r := range c.rows {
 		verdict := "ok"
@@ -141,7 +164,7 @@ func ratios(results []bench.Result) []ratio {
 			if v := median(byImpl[ref]); v > 0 {
 				s := g.spec
 				s.Impl = "epcache÷" + ref
-				out = append(out, ratio{name: fmt.Sprintf("%s procs=%d", s.Name(), s.Procs), workload: s.Workload, current: ep / v})
+				out = append(out, ratio{name: fmt.Sprintf("%s procs=%d", s.Name(), s.Procs), group: groupKey(s), workload: s.Workload, current: ep / v})
 			}
 		}
 	}

@@ -131,6 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.format, "format", "table", "output on stdout: table, json, csv or bench (Go benchmark format, for benchstat)")
 	fs.StringVar(&o.compare, "compare", "", "baseline results.json to compare with: ratios measured in this run against the baseline's; fails past -margin")
 	fs.Float64Var(&o.margin, "margin", 2, "with -compare: how many times worse than the baseline a ratio may be")
+	fs.IntVar(&o.recheck, "recheck", 2, "with -compare: run the specs of a ratio worse than -margin allows this many more times, and judge the ratio by the medians of all runs (0: judge the first runs)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the runs to this file (go tool pprof)")
 	fs.StringVar(&o.trace, "trace", "", "write an execution trace of the runs to this file (go tool trace): scheduler latency, blocking, creations")
 	if err := fs.Parse(args); err != nil {
@@ -163,6 +164,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, usageError{fmt.Errorf("-churn %v: want a fraction from 0 to 1", o.churn)}
 	case o.failures < 0:
 		return o, usageError{fmt.Errorf("-failures %d: want 0 or more", o.failures)}
+	case o.recheck < 0:
+		return o, usageError{fmt.Errorf("-recheck %d: want 0 or more", o.recheck)}
 	case o.margin < 1:
 		return o, usageError{fmt.Errorf("-margin %v: want at least 1", o.margin)}
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -224,6 +225,55 @@ func TestCompare(t *testing.T) {
 	err = compare(&bytes.Buffer{}, path, []bench.Result{result("churn", "epcache", 1)}, 2)
 	assert.ErrorContains(t, err, "no run of epcache and a reference comparator is in both")
 	assert.ErrorContains(t, compare(&bytes.Buffer{}, filepath.Join(t.TempDir(), "none.json"), same, 2), "no such file")
+}
+
+// TestRecheck runs epbench against a baseline that one of its two specs
+// cannot meet: that spec's implementations run -recheck more times, the
+// other spec's do not, and the ratio that is still worse fails the run.
+func TestRecheck(t *testing.T) {
+	args := []string{"-workload", "hit", "-impl", "epcache,syncmap", "-keys", "uint64", "-peers", "64", "-procs", "1,2", "-duration", "10ms", "-format", "json"}
+	var stdout, stderr bytes.Buffer
+	require.NoError(t, run(context.Background(), args, &stdout, &stderr), stderr.String())
+	var base []bench.Result
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &base))
+	require.Len(t, base, 4)
+	for i := range base {
+		if base[i].Procs == 1 && base[i].Impl == "epcache" {
+			base[i].NsPerOp = base[i].NsPerOp * 1e-6 // a ratio no run can hold to
+		}
+	}
+	path := filepath.Join(t.TempDir(), "baseline.json")
+	data, err := json.Marshal(base)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+
+	// runs counts the runs of every implementation at each GOMAXPROCS.
+	runs := func(recheck string) (map[int]map[string]int, string, error) {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), append(args, "-compare", path, "-recheck", recheck), &stdout, &stderr)
+		var results []bench.Result
+		dec := json.NewDecoder(&stdout)
+		require.NoError(t, dec.Decode(&results))
+		n := map[int]map[string]int{1: {}, 2: {}}
+		for _, r := range results {
+			n[r.Procs][r.Impl]++
+		}
+		rest, _ := io.ReadAll(io.MultiReader(dec.Buffered(), &stdout))
+		return n, string(rest), err
+	}
+
+	n, table, err := runs("2")
+	require.Error(t, err, "a regression stays worse however often it runs")
+	assert.ErrorContains(t, err, "procs=1")
+	assert.NotContains(t, err.Error(), "procs=2")
+	assert.Equal(t, map[string]int{"epcache": 3, "syncmap": 3}, n[1], "the worse spec ran twice more")
+	assert.Equal(t, map[string]int{"epcache": 1, "syncmap": 1}, n[2], "the spec that held ran once")
+	assert.Contains(t, table, "ran 2 more times")
+
+	n, table, err = runs("0")
+	require.Error(t, err)
+	assert.Equal(t, map[string]int{"epcache": 1, "syncmap": 1}, n[1], "-recheck 0 judges the first run")
+	assert.NotContains(t, table, "more times")
 }
 
 func TestTableFormatting(t *testing.T) {

@@ -41,7 +41,7 @@ func groups(results []bench.Result) []group {
 	for _, r := range results {
 		s := r.Spec
 		s.Impl, s.Seed = "", 0
-		key := fmt.Sprintf("%+v", s)
+		key := groupKey(r.Spec)
 		i, ok := index[key]
 		if !ok {
 			i = len(gs)
