@@ -63,14 +63,14 @@ func newSeeds() seeds {
 // Every output bit depends on every input bit, so both the high bits (the
 // group) and the low bits (the shard) are usable. It inlines, and costs one
 // MUL on amd64 and arm64.
-func mix(x uint64, s *seeds) uint64 {
-	return mum(x^s.ka, s.kb)
+func mix[W ~uint64](x W, s *seeds) uint64 {
+	return mum(uint64(x)^s.ka, s.kb)
 }
 
-// mum is the 64×64→128 multiply folded to 64 bits.
-func mum(a, b uint64) uint64 {
-	hi, lo := bits.Mul64(a, b)
-	return hi ^ lo
+// mum is the 64×64→128 multiply folded to 64 bits. (W: see tagOf.)
+func mum[W ~uint64](a, b W) W {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	return W(hi ^ lo)
 }
 
 // integerBits widens an integer-kinded key to 64 bits. The caller has checked
@@ -146,16 +146,16 @@ func hashString(s string, sd *seeds) uint64 {
 		a = r4(p)
 		b = r4(unsafe.Add(p, n-4))
 	case n <= 16: // Table.Get has its own copy of this case
-		a = r8(p)
-		b = r8(unsafe.Add(p, n-8))
+		a = r8[uint64](p)
+		b = r8[uint64](unsafe.Add(p, n-8))
 	default:
 		l := n
 		for ; l > 16; l -= 16 {
-			seed = mum(r8(p)^sd.s1, r8(unsafe.Add(p, 8))^seed)
+			seed = mum(r8[uint64](p)^sd.s1, r8[uint64](unsafe.Add(p, 8))^seed)
 			p = unsafe.Add(p, 16)
 		}
-		a = r8(unsafe.Add(p, l-16))
-		b = r8(unsafe.Add(p, l-8))
+		a = r8[uint64](unsafe.Add(p, l-16))
+		b = r8[uint64](unsafe.Add(p, l-8))
 	}
 	return mum(mixC^n, mum(a^sd.s1, b^seed))
 }
@@ -164,10 +164,13 @@ func hashString(s string, sd *seeds) uint64 {
 // compiler turns each into one load where the CPU allows unaligned loads
 // (amd64, arm64, 386), and into byte loads where it does not, as the
 // runtime's readUnaligned64 is.
-func r8(p unsafe.Pointer) uint64 {
+//
+// r8 is generic (W: see tagOf) because Get calls it; r4 is not, since only
+// hashString, compiled here, does.
+func r8[W ~uint64](p unsafe.Pointer) W {
 	q := (*[8]byte)(p)
-	return uint64(q[0]) | uint64(q[1])<<8 | uint64(q[2])<<16 | uint64(q[3])<<24 |
-		uint64(q[4])<<32 | uint64(q[5])<<40 | uint64(q[6])<<48 | uint64(q[7])<<56
+	return W(q[0]) | W(q[1])<<8 | W(q[2])<<16 | W(q[3])<<24 |
+		W(q[4])<<32 | W(q[5])<<40 | W(q[6])<<48 | W(q[7])<<56
 }
 
 func r4(p unsafe.Pointer) uint64 {

@@ -96,10 +96,14 @@ const (
 	overflowBit = 1 << 4 // with extra set
 )
 
-func ticketOf(gen uint64, j int) Ticket { return Ticket{v: gen<<5 | validBit | uint64(j)} }
-
-func (t Ticket) gen() uint64 { return t.v >> 5 }
-func (t Ticket) index() int  { return int(t.v & indexMask) }
+// ticketOf, genOf and ticketIndex make and take apart a ticket's word.
+// They are generic functions rather than methods for the reason tagOf
+// gives: the lease's hit path (Table.Lease, Slot.EndFirstLease) calls them.
+func ticketOf[W ~uint64](gen W, j int) Ticket {
+	return Ticket{v: uint64(gen)<<5 | validBit | uint64(j)}
+}
+func genOf[W ~uint64](v W) W         { return v >> 5 }
+func ticketIndex[W ~uint64](v W) int { return int(v & indexMask) }
 
 // Valid reports whether t was handed out by Lease (whether or not it has
 // ended since).
@@ -186,8 +190,8 @@ func (s *Slot[K, V]) EndWantedLease(t Ticket) (last, wanted bool, err error) {
 	if tb == nil {
 		return false, false, ErrLeaseEnded // not a ticket of s
 	}
-	p := &tb.tickets[t.index()]
-	gen := t.gen()
+	p := &tb.tickets[ticketIndex(t.v)]
+	gen := genOf(t.v)
 	for {
 		w := p.Load()
 		if w&ticketHeld == 0 || w&ticketGen != gen {
@@ -212,7 +216,7 @@ func (s *Slot[K, V]) EndFirstLease(t Ticket) bool {
 		return false
 	}
 	tb := s.leases.Load()
-	gen := t.gen()
+	gen := genOf(t.v)
 	return tb != nil && tb.tickets[0].CompareAndSwap(ticketHeld|gen, (gen+1)&ticketGen)
 }
 

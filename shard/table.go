@@ -165,27 +165,38 @@ const (
 	highBits   = 0x0080808080808080 // the high bit of each of the seven control bytes
 )
 
+// The word helpers below (tagOf to byteIndex, and mum, mix and r8 in
+// hash.go, ticketOf and friends in lease.go) take a type parameter W
+// ~uint64 for one reason: so that they inline into the generic code that a
+// user's program compiles. Go 1.26 inlines a non-generic function of shard
+// into an instantiation of shard's generic code only where the package
+// being compiled imports shard itself; a user's program imports epcache,
+// not shard, and there each of these, plain, was a call on the hit path
+// (four calls a Get, measured in cmd/epbench). A generic function's body
+// travels with the generic code that calls it. TestHitPathMakesNoCalls
+// builds a program that imports epcache alone and checks the hit paths.
+
 // tagOf is the control byte of a slot whose key hashes to h.
-func tagOf(h uint64) uint64 { return 0x80 | (h>>32)&0x7f }
+func tagOf[W ~uint64](h W) W { return 0x80 | (h>>32)&0x7f }
 
 // tagsOf is h's tag in each of the seven control bytes, for matches.
-func tagsOf(h uint64) uint64 { return tagOf(h) * lowBytes }
+func tagsOf[W ~uint64](h W) W { return tagOf(h) * lowBytes }
 
 // matches returns the control bytes of ctrl equal to the tag in tags, as
 // their high bits, and possibly a few others just above a match (a borrow
 // of the subtraction): candidates, which the key comparison sorts out.
-func matches(ctrl, tags uint64) uint64 {
+func matches[W ~uint64](ctrl, tags W) W {
 	x := ctrl ^ tags
 	return (x - lowBytes) &^ x & highBits
 }
 
 // empties returns the empty control bytes of ctrl, as their high bits:
 // every filled byte has its high bit set.
-func empties(ctrl uint64) uint64 { return ^ctrl & highBits }
+func empties[W ~uint64](ctrl W) W { return ^ctrl & highBits }
 
 // byteIndex is the control byte, and so the slot, that the lowest set high
 // bit of m marks.
-func byteIndex(m uint64) uint64 { return uint64(bits.TrailingZeros64(m)) >> 3 }
+func byteIndex[W ~uint64](m W) W { return W(bits.TrailingZeros64(uint64(m))) >> 3 }
 
 // newArray returns an array of at least n slots.
 func newArray[K comparable, V any](n int) *array[K, V] {
@@ -402,7 +413,7 @@ func (t *Table[K, V]) Get(ctx context.Context, key K) (v V, err error) {
 			//
 			// Safety: two 8-byte reads within the n bytes at p.
 			p := unsafe.Pointer(unsafe.StringData(str))
-			h = mum(mixC^n, mum(r8(p)^t.seeds.s1, r8(unsafe.Add(p, n-8))^t.seeds.s0))
+			h = mum(mixC^n, mum(r8[uint64](p)^t.seeds.s1, r8[uint64](unsafe.Add(p, n-8))^t.seeds.s0))
 		} else {
 			h = hashString(str, &t.seeds)
 		}
