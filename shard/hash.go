@@ -145,7 +145,7 @@ func hashString(s string, sd *seeds) uint64 {
 	case n < 8:
 		a = r4(p)
 		b = r4(unsafe.Add(p, n-4))
-	case n <= 16: // Table.Get has its own copy of this case
+	case n <= 16: // Table.Get has its own copy of this case and the next, to 32 bytes
 		a = r8[uint64](p)
 		b = r8[uint64](unsafe.Add(p, n-8))
 	default:
