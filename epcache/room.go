@@ -24,25 +24,31 @@ import (
 //
 // Only creations, releases and Offers touch it: a hit never does.
 type room[K comparable, V any] struct {
-	max      int64
+	// Set by newRoom, read only.
+	max  int64
+	freq *sketch // how often keys reach the slow path (sketch.go)
+	_    [linePair]byte
+
+	// Written by every creation, release and kick.
 	used     atomic.Int64  // units taken; written under mu
 	waiting  atomic.Int64  // len(queue), for kick's check without the lock
 	evicting atomic.Int64  // evictions whose value's Release has not started: units on their way
 	kicks    atomic.Uint64 // calls of kick, so that an evictor sees one that found it evicting
+	mu       sync.Mutex
+	queue    []*roomWaiter // in arrival order
+	_        [linePair]byte
 
-	mu    sync.Mutex
-	queue []*roomWaiter // in arrival order
-
+	// The evictor's, under handMu: no other goroutine writes these lines
+	// while it walks, so its walk does not miss on them.
 	handMu  sync.Mutex
 	hand    clock[K, V]       // the clock hand of eviction; guarded by handMu
 	picks   []candidate[K, V] // evictOne's candidates; guarded by handMu
 	evicted []evicted[K, V]   // values evictOne took, for drainEvicted; guarded by handMu
+	_       [linePair]byte
 
+	// Written by every publish.
 	freshMu sync.Mutex
 	fresh   []*shard.Slot[K, V] // published since the last eviction, not yet on the clock; guarded by freshMu
-
-	freq *sketch // how often keys reach the slow path (sketch.go)
-
 	// recent are the values published last, which every eviction weighs
 	// beside the hand's: a value asked for once (the tail of a Zipf
 	// distribution) goes before the hand comes round to it, as W-TinyLFU's
@@ -50,6 +56,12 @@ type room[K comparable, V any] struct {
 	recent [recentValues]atomic.Pointer[shard.Slot[K, V]]
 	next   atomic.Uint64
 }
+
+// linePair separates the room's groups of fields by who writes them. Each
+// group was on a line of another's: the evictor's hand shared its lines
+// with the counters every creation writes and with the values every
+// publish records. 128 bytes, not 64, for the reason shardPadded gives.
+const linePair = 128
 
 // recentValues is how many of the values published last evictions weigh.
 const recentValues = 16
