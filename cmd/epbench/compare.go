@@ -126,11 +126,14 @@ func loadComparison(baselinePath string, current []bench.Result, margin float64)
 // write prints the comparison and returns an error naming the ratios worse
 // than the margin allows.
 func (c *comparison) write(w io.Writer) error {
+	if c.rechecks > 0 {
+		// Before the table: a line without cells inside it would end the
+		// tabwriter's columns, and the headings would stand apart from
+		// their numbers.
+		fmt.Fprintf(w, "\n(a spec whose ratio was worse than its limit ran %d more times; its ratio is from the medians of all its runs)", c.rechecks)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "\nepcache ÷ reference (smaller is better)\tbaseline\tnow\tlimit (×%g)\t\n", c.margin)
-	if c.rechecks > 0 {
-		fmt.Fprintf(tw, "(a spec whose ratio was worse than its limit ran %d more times; its ratio is from the medians of all its runs)\n", c.rechecks)
-	}
 	var worse []string
 	for _, r := range c.rows {
 		verdict := "ok"
@@ -172,11 +175,17 @@ func ratios(results []bench.Result) []ratio {
 	return out
 }
 
+// median returns the median of vs (the mean of the middle two of an even
+// number: the upper one alone would let the slower of two runs decide), or
+// 0 for none.
 func median(vs []float64) float64 {
 	if len(vs) == 0 {
 		return 0
 	}
 	vs = slices.Clone(vs)
 	slices.Sort(vs)
+	if n := len(vs); n%2 == 0 {
+		return (vs[n/2-1] + vs[n/2]) / 2
+	}
 	return vs[len(vs)/2]
 }

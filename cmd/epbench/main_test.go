@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -238,8 +240,13 @@ func TestRecheck(t *testing.T) {
 	require.NoError(t, json.Unmarshal(stdout.Bytes(), &base))
 	require.Len(t, base, 4)
 	for i := range base {
-		if base[i].Procs == 1 && base[i].Impl == "epcache" {
-			base[i].NsPerOp = base[i].NsPerOp * 1e-6 // a ratio no run can hold to
+		if base[i].Impl != "epcache" {
+			continue
+		}
+		if base[i].Procs == 1 {
+			base[i].NsPerOp *= 1e-6 // a ratio no run can hold to
+		} else {
+			base[i].NsPerOp *= 1e6 // a ratio no run can miss, however busy the machine
 		}
 	}
 	path := filepath.Join(t.TempDir(), "baseline.json")
@@ -255,8 +262,12 @@ func TestRecheck(t *testing.T) {
 		dec := json.NewDecoder(&stdout)
 		require.NoError(t, dec.Decode(&results))
 		n := map[int]map[string]int{1: {}, 2: {}}
+		seeds := map[string]bool{}
 		for _, r := range results {
 			n[r.Procs][r.Impl]++
+			key := fmt.Sprint(r.Procs, r.Impl, r.Seed)
+			assert.False(t, seeds[key], "%s ran twice with seed %d", r.Impl, r.Seed)
+			seeds[key] = true
 		}
 		rest, _ := io.ReadAll(io.MultiReader(dec.Buffered(), &stdout))
 		return n, string(rest), err
@@ -274,6 +285,51 @@ func TestRecheck(t *testing.T) {
 	require.Error(t, err)
 	assert.Equal(t, map[string]int{"epcache": 1, "syncmap": 1}, n[1], "-recheck 0 judges the first run")
 	assert.NotContains(t, table, "more times")
+}
+
+// TestCompareJudgesByMediansOfAllRuns: a ratio worse in one run, whose
+// rechecks hold, passes on the medians of all the runs; the spec whose
+// ratio held is not among those run again.
+func TestCompareJudgesByMediansOfAllRuns(t *testing.T) {
+	base := []bench.Result{result("hit", "epcache", 3), result("hit", "syncmap", 6), result("storm", "epcache", 20e6), result("storm", "mutex", 1.2e9)}
+	path := filepath.Join(t.TempDir(), "baseline.json")
+	data, err := json.Marshal(base)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+
+	first := []bench.Result{result("hit", "epcache", 15), result("hit", "syncmap", 6), result("storm", "epcache", 20e6), result("storm", "mutex", 1.2e9)}
+	c, err := loadComparison(path, first, 2)
+	require.NoError(t, err)
+	again := c.worseSpecs([]bench.Spec{first[0].Spec, first[1].Spec, first[2].Spec, first[3].Spec})
+	require.Len(t, again, 2, "only the hit spec's implementations run again")
+	for _, s := range again {
+		assert.Equal(t, "hit", s.Workload)
+	}
+	var out bytes.Buffer
+	c.rechecks = 2
+	require.Error(t, c.write(&out), "one slow run alone fails")
+
+	rechecked := append(slices.Clone(first), result("hit", "epcache", 3.1), result("hit", "syncmap", 6.2), result("hit", "epcache", 2.9), result("hit", "syncmap", 5.8))
+	c, err = loadComparison(path, rechecked, 2)
+	require.NoError(t, err)
+	c.rechecks = 2
+	out.Reset()
+	require.NoError(t, c.write(&out), "the medians of all three runs hold")
+	assert.Contains(t, out.String(), "ran 2 more times")
+	// The note stands apart from the table, whose headings stay over
+	// their columns.
+	lines := strings.Split(out.String(), "\n")
+	i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "epcache ÷ reference") })
+	require.Greater(t, i, 0, out.String())
+	assert.Contains(t, lines[i-1], "more times")
+	row := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "Hit/") })
+	require.Greater(t, row, i, out.String())
+	assert.Equal(t, strings.Index(lines[i], "baseline"), strings.Index(lines[row], "0.500"), "the baseline column under its heading:\n%s", out.String())
+
+	// Two runs: the median is their mean, not the slower one.
+	assert.InDelta(t, 4.5, median([]float64{6, 3}), 1e-12)
+	assert.InDelta(t, 3, median([]float64{9, 3, 2}), 1e-12)
+	assert.Zero(t, median(nil))
 }
 
 func TestTableFormatting(t *testing.T) {
