@@ -79,7 +79,7 @@ func TestHitPathAllocatesNothing(t *testing.T) {
 // long time: see tagOf.) For uint64 and string keys it checks that
 // Cache.Get and Cache.Load inline into their callers, leaving one call, to
 // the table's Get; that the table's Get calls nothing on a hit: hashing (a
-// leaf call for strings outside 8 to 16 bytes), probing and the state check
+// leaf call for strings outside 8 to 32 bytes), probing and the state check
 // are inlined; and that a lease's hit calls nothing but the table's Lease,
 // its hash and its probe, and its Release nothing. If a helper stops
 // inlining, a CALL appears and this fails.

@@ -39,7 +39,10 @@ type room[K comparable, V any] struct {
 	_        [linePair]byte
 
 	// The evictor's, under handMu: no other goroutine writes these lines
-	// while it walks, so its walk does not miss on them.
+	// while it walks. (A kicker's TryLock reads handMu's word, on the line
+	// of the hand's first fields, so the evictor's next write there
+	// fetches that line back; the counters every creation writes no
+	// longer share it.)
 	handMu  sync.Mutex
 	hand    clock[K, V]       // the clock hand of eviction; guarded by handMu
 	picks   []candidate[K, V] // evictOne's candidates; guarded by handMu

@@ -437,16 +437,28 @@ func TestStringKeysCompareByContent(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, i, v)
 	}
-	// Every length up to 70: Get hashes 8 to 16 bytes itself, the rest
+	// Every length up to 70: Get hashes 8 to 32 bytes itself, the rest
 	// (and every insertion) with hashString: a hash of Get's own that
-	// disagreed would miss.
+	// disagreed would miss. Keys of one repeated byte catch a wrong
+	// secret or order; the prefixes of a string whose every 8-byte word
+	// differs catch a word read at the wrong place too.
+	const varied = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ!#$%&()*+,"
 	for n := range 71 {
 		publish(t, tb, strings.Repeat("x", n), 10_000+n)
+		if n > 0 { // "" is the first loop's
+			publish(t, tb, varied[:n], 20_000+n)
+		}
 	}
 	for n := range 71 {
 		v, err := tb.Get(ctx, strings.Repeat("x", n))
 		require.NoError(t, err, "%d bytes", n)
 		require.Equal(t, 10_000+n, v)
+		if n == 0 {
+			continue
+		}
+		v, err = tb.Get(ctx, strings.Clone(varied[:n]))
+		require.NoError(t, err, "%d bytes of %q", n, varied)
+		require.Equal(t, 20_000+n, v)
 	}
 	for _, k := range []string{stored, strings.Clone(stored), string([]byte(stored))} {
 		v, err := tb.Get(ctx, k)
