@@ -205,12 +205,20 @@ func result(workload, impl string, ns float64) bench.Result {
 	return bench.Result{Spec: bench.Spec{Workload: workload, Impl: impl, Keys: "uint64", Dist: "uniform", Peers: 1024, Goroutines: 64, Procs: 2, Cost: "sleep:1ms"}, NsPerOp: ns}
 }
 
-func TestCompare(t *testing.T) {
-	base := []bench.Result{result("hit", "epcache", 3), result("hit", "syncmap", 6), result("storm", "epcache", 20e6), result("storm", "mutex", 1.2e9)}
+// baselineFile writes results as a baseline file for -compare and returns
+// its path.
+func baselineFile(t *testing.T, results []bench.Result) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "baseline.json")
-	data, err := json.Marshal(base)
+	data, err := json.Marshal(results)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(path, data, 0o644))
+	return path
+}
+
+func TestCompare(t *testing.T) {
+	base := []bench.Result{result("hit", "epcache", 3), result("hit", "syncmap", 6), result("storm", "epcache", 20e6), result("storm", "mutex", 1.2e9)}
+	path := baselineFile(t, base)
 
 	var out bytes.Buffer
 	same := []bench.Result{result("hit", "epcache", 30), result("hit", "syncmap", 55), result("storm", "epcache", 25e6), result("storm", "mutex", 1.1e9)}
@@ -219,7 +227,7 @@ func TestCompare(t *testing.T) {
 	assert.Contains(t, out.String(), "0.500")
 
 	worse := []bench.Result{result("hit", "epcache", 12), result("hit", "syncmap", 6), result("storm", "epcache", 20e6), result("storm", "mutex", 1.2e9)}
-	err = compare(&bytes.Buffer{}, path, worse, 2)
+	err := compare(&bytes.Buffer{}, path, worse, 2)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "epcache÷syncmap")
 	assert.NotContains(t, err.Error(), "epcache÷mutex", "the storm ratio did not move")
@@ -249,10 +257,7 @@ func TestRecheck(t *testing.T) {
 			base[i].NsPerOp *= 1e6 // a ratio no run can miss, however busy the machine
 		}
 	}
-	path := filepath.Join(t.TempDir(), "baseline.json")
-	data, err := json.Marshal(base)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(path, data, 0o644))
+	path := baselineFile(t, base)
 
 	// runs counts the runs of every implementation at each GOMAXPROCS.
 	runs := func(recheck string) (map[int]map[string]int, string, error) {
@@ -292,10 +297,7 @@ func TestRecheck(t *testing.T) {
 // ratio held is not among those run again.
 func TestCompareJudgesByMediansOfAllRuns(t *testing.T) {
 	base := []bench.Result{result("hit", "epcache", 3), result("hit", "syncmap", 6), result("storm", "epcache", 20e6), result("storm", "mutex", 1.2e9)}
-	path := filepath.Join(t.TempDir(), "baseline.json")
-	data, err := json.Marshal(base)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(path, data, 0o644))
+	path := baselineFile(t, base)
 
 	first := []bench.Result{result("hit", "epcache", 15), result("hit", "syncmap", 6), result("storm", "epcache", 20e6), result("storm", "mutex", 1.2e9)}
 	c, err := loadComparison(path, first, 2)

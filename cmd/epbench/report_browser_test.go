@@ -150,7 +150,7 @@ func checkReport(t *testing.T, browser context.Context, path string) (pageCheck,
 
 // writeBaseline writes a baseline for -compare in which epcache's ratio to
 // syncmap in hit is a twentieth of this run's: the report must mark it.
-func writeBaseline(t *testing.T, dir string, args []string) string {
+func writeBaseline(t *testing.T, args []string) string {
 	t.Helper()
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), append(args, "-format", "json"), &out, &bytes.Buffer{}))
@@ -161,11 +161,7 @@ func writeBaseline(t *testing.T, dir string, args []string) string {
 			rs[i].NsPerOp *= 20
 		}
 	}
-	data, err := json.Marshal(rs)
-	require.NoError(t, err)
-	path := filepath.Join(dir, "baseline.json")
-	require.NoError(t, os.WriteFile(path, data, 0o644))
-	return path
+	return baselineFile(t, rs)
 }
 
 func TestReportInBrowser(t *testing.T) {
@@ -182,7 +178,7 @@ func TestReportInBrowser(t *testing.T) {
 	args := []string{"-workload", "hit,storm,churn,lease,hotset", "-impl", "epcache,syncmap,array,pool",
 		"-keys", "uint64,string", "-peers", "32", "-goroutines", "2", "-procs", "1,2", "-duration", "5ms",
 		"-cost", "sleep:20us", "-cap", "8", "-idle", "0"}
-	baseline := writeBaseline(t, t.TempDir(), []string{"-workload", "hit", "-impl", "epcache,syncmap", "-keys", "uint64",
+	baseline := writeBaseline(t, []string{"-workload", "hit", "-impl", "epcache,syncmap", "-keys", "uint64",
 		"-peers", "32", "-goroutines", "2", "-procs", "1,2", "-duration", "5ms"})
 	defer func(f []string) { chartFormats = f }(chartFormats)
 	chartFormats = []string{"svg"} // the report alone is checked; PNGs are slow under -race
