@@ -185,6 +185,66 @@ func runHit(b *testing.B, loop func(pb *testing.PB, first int) *endpoint) {
 	b.RunParallel(func(pb *testing.PB) { sink.Store(loop(pb, int(goroutines.Add(1)-1)*7919)) })
 }
 
+// BenchmarkIdleSweep measures what IdleTimeout costs beside the hit, per
+// value held: an idle sweep (each sweep ages every value a step, and comes
+// every IdleTimeout/4), and the first Get of each value after it, which an
+// aged value sends down the slow path once to make it young again (hit-aged,
+// beside hit-young, the same Gets with no sweep between). MaxEntries is set
+// too, so that the slow path counts the use for eviction, as it does in a
+// cache with both. The sweeps run here, on one goroutine, not on the timer:
+// IdleTimeout is an hour.
+func BenchmarkIdleSweep(b *testing.B) {
+	for _, peers := range []int{1024, 65536} {
+		keys := benchUintKeys(peers)
+		eps := make([]*endpoint, len(keys))
+		for i := range eps {
+			eps[i] = &endpoint{peer: i}
+		}
+		ctx := context.Background()
+		lifecycle := func(cfg *epcache.Config[uint64, *endpoint]) {
+			cfg.IdleTimeout, cfg.MaxEntries = time.Hour, len(keys)
+		}
+		getAll := func(c *epcache.Cache[uint64, *endpoint]) {
+			for _, k := range keys {
+				if _, err := c.Get(ctx, k); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		perValue := func(b *testing.B) {
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(keys)), "ns/value")
+		}
+		name := func(part string) string { return "impl=epcache/part=" + part + "/peers=" + strconv.Itoa(peers) }
+		b.Run(name("sweep"), func(b *testing.B) {
+			c := filledCache(b, keys, eps, lifecycle)
+			for b.Loop() {
+				epcache.SweepNow(c)
+				b.StopTimer()
+				getAll(c) // young again, or the sweeps would expire them
+				b.StartTimer()
+			}
+			perValue(b)
+		})
+		b.Run(name("hit-aged"), func(b *testing.B) {
+			c := filledCache(b, keys, eps, lifecycle)
+			for b.Loop() {
+				b.StopTimer()
+				epcache.SweepNow(c)
+				b.StartTimer()
+				getAll(c)
+			}
+			perValue(b)
+		})
+		b.Run(name("hit-young"), func(b *testing.B) {
+			c := filledCache(b, keys, eps, lifecycle)
+			for b.Loop() {
+				getAll(c)
+			}
+			perValue(b)
+		})
+	}
+}
+
 // BenchmarkLease measures Acquire and Release on a ready key beside Get, and
 // beside xsync v4's Map of entries with a hand-written reference count (a
 // Load and two atomic adds, none of the checks a real lease needs), in one
