@@ -212,7 +212,7 @@ func BenchmarkIdleSweep(b *testing.B) {
 		lifecycle := func(cfg *epcache.Config[uint64, *endpoint]) {
 			cfg.IdleTimeout, cfg.MaxEntries = time.Hour, len(keys)
 		}
-		getAll := func(c *epcache.Cache[uint64, *endpoint]) {
+		getAll := func(b *testing.B, c *epcache.Cache[uint64, *endpoint]) { // b: the running benchmark's, for Fatal
 			for _, k := range keys {
 				if _, err := c.Get(ctx, k); err != nil {
 					b.Fatal(err)
@@ -228,7 +228,7 @@ func BenchmarkIdleSweep(b *testing.B) {
 			for b.Loop() {
 				epcache.SweepNow(c)
 				b.StopTimer()
-				getAll(c) // young again, or the sweeps would expire them
+				getAll(b, c) // young again, or the sweeps would expire them
 				b.StartTimer()
 			}
 			perValue(b)
@@ -239,14 +239,14 @@ func BenchmarkIdleSweep(b *testing.B) {
 				b.StopTimer()
 				epcache.SweepNow(c)
 				b.StartTimer()
-				getAll(c)
+				getAll(b, c)
 			}
 			perValue(b)
 		})
 		b.Run(name("hit-young"), func(b *testing.B) {
 			c := filledCache(b, keys, eps, lifecycle)
 			for b.Loop() {
-				getAll(c)
+				getAll(b, c)
 			}
 			perValue(b)
 		})
