@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -54,8 +55,21 @@ type comparison struct {
 	rechecks int // how many more runs each spec of a worse ratio had (-recheck)
 }
 
-func (c *comparison) limit(r ratio) float64 { return r.baseline * c.margin }
-func (c *comparison) worse(r ratio) bool    { return r.current > c.limit(r) }
+// swings widens the margin of the workloads whose ratio swings further
+// than it allows between runs of one build on one machine. hotset's does:
+// epcache's evictions and otter's each run at one of two speeds on the
+// project's 2-core VM, for seconds at a time (the cores the VM's threads
+// get), so that its ratio ranged 0.30 to 1.18 in the ci suite over one
+// session, and a recheck a second later finds the same phase. A baseline
+// drawn in one phase then failed a fresh clone in the other.
+var swings = map[string]float64{"hotset": 2}
+
+// limit is the worst ratio r may have: the baseline's, times the margin
+// (times the workload's swing).
+func (c *comparison) limit(r ratio) float64 {
+	return r.baseline * c.margin * max(swings[r.workload], 1)
+}
+func (c *comparison) worse(r ratio) bool { return r.current > c.limit(r) }
 
 // worseSpecs returns the specs, of those given, whose ratios are worse than
 // the margin allows.
@@ -133,7 +147,13 @@ func (c *comparison) write(w io.Writer) error {
 		fmt.Fprintf(w, "\n(a spec whose ratio was worse than its limit ran %d more times; its ratio is from the medians of all its runs)", c.rechecks)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "\nepcache ÷ reference (smaller is better)\tbaseline\tnow\tlimit (×%g)\t\n", c.margin)
+	heading := fmt.Sprintf("limit (×%g", c.margin)
+	for _, w := range slices.Sorted(maps.Keys(swings)) {
+		if slices.ContainsFunc(c.rows, func(r ratio) bool { return r.workload == w }) {
+			heading += fmt.Sprintf("; %s ×%g", w, c.margin*swings[w])
+		}
+	}
+	fmt.Fprintf(tw, "\nepcache ÷ reference (smaller is better)\tbaseline\tnow\t%s)\t\n", heading)
 	var worse []string
 	for _, r := range c.rows {
 		verdict := "ok"
@@ -145,7 +165,7 @@ func (c *comparison) write(w io.Writer) error {
 	}
 	tw.Flush()
 	if len(worse) > 0 {
-		return fmt.Errorf("ratios more than %g× worse than the baseline: %s", c.margin, strings.Join(worse, "; "))
+		return fmt.Errorf("ratios worse than the baseline past their limits (%g×, more for a workload that swings): %s", c.margin, strings.Join(worse, "; "))
 	}
 	return nil
 }

@@ -237,6 +237,27 @@ func TestCompare(t *testing.T) {
 	assert.ErrorContains(t, compare(&bytes.Buffer{}, filepath.Join(t.TempDir(), "none.json"), same, 2), "no such file")
 }
 
+// TestCompareWidensTheLimitOfASwingingWorkload: hotset's ratio may be up
+// to 4× the baseline's (its swing, 2, times the margin); other workloads
+// keep the margin.
+func TestCompareWidensTheLimitOfASwingingWorkload(t *testing.T) {
+	path := baselineFile(t, []bench.Result{result("hotset", "epcache", 1), result("hotset", "otter", 2), result("hit", "epcache", 3), result("hit", "syncmap", 6)})
+	var out bytes.Buffer
+	require.NoError(t, compare(&out, path, []bench.Result{result("hotset", "epcache", 3), result("hotset", "otter", 2), result("hit", "epcache", 3), result("hit", "syncmap", 6)}, 2),
+		"3x the baseline's ratio is within hotset's limit")
+	assert.Contains(t, out.String(), "limit (×2; hotset ×4)")
+	assert.Contains(t, out.String(), "2.000", "hotset's limit: 0.5 × 4")
+
+	err := compare(&bytes.Buffer{}, path, []bench.Result{result("hotset", "epcache", 4.2), result("hotset", "otter", 2), result("hit", "epcache", 3), result("hit", "syncmap", 6)}, 2)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "Hotset/")
+
+	err = compare(&bytes.Buffer{}, path, []bench.Result{result("hotset", "epcache", 1), result("hotset", "otter", 2), result("hit", "epcache", 7), result("hit", "syncmap", 6)}, 2)
+	require.Error(t, err, "hit keeps the margin of 2")
+	assert.Contains(t, err.Error(), "Hit/")
+	assert.NotContains(t, err.Error(), "Hotset/")
+}
+
 // TestRecheck runs epbench against a baseline that one of its two specs
 // cannot meet: that spec's implementations run -recheck more times, the
 // other spec's do not, and the ratio that is still worse fails the run.
