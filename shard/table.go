@@ -546,7 +546,16 @@ func (t *Table[K, V]) equal(a, b K) bool {
 // longer holds the value for the table, and the caller must end tk at once
 // (and release the value, if EndLease says it was the last lease).
 func (t *Table[K, V]) Lease(key K) (s *Slot[K, V], tk Ticket, ok bool) {
-	if s = t.locate(t.Hash(key), key); s == nil || s.state.Load() != t.hit.Load() {
+	// An integer key is hashed here, as Get hashes it: Hash does not
+	// inline, and its call was a twentieth of an Acquire and Release on
+	// one core (15.9 ns against 15.2).
+	var h uint64
+	if unsafe.Sizeof(key) <= 8 && t.kind == kindInteger {
+		h = mix(integerBits(key), &t.seeds)
+	} else {
+		h = t.Hash(key)
+	}
+	if s = t.locate(h, key); s == nil || s.state.Load() != t.hit.Load() {
 		return nil, Ticket{}, false
 	}
 	// The first ticket, spelled out: free unless another lease of this
