@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -40,10 +41,35 @@ func TestHotsetEpcacheStaysWithinCap(t *testing.T) {
 				assert.Zero(t, r.DoubleReleases)
 				assert.Zero(t, r.Errors)
 				assert.LessOrEqual(t, r.Overlap, 1, "one creation of a peer at a time")
-				assert.InDelta(t, 0.5, r.HitRatio, 0.5, "a ratio")
+				assert.Less(t, r.HitRatio, 1.0, "a peer beyond the cap is created on every return")
+				if impl == "epcache" {
+					// epcache-idle's floor would depend on speed: on a
+					// slow machine more values sit idle for 10 ms.
+					floor := 0.8 * zipfTopMass(s.Zipf, s.Peers, s.Cap)
+					assert.GreaterOrEqual(t, r.HitRatio, floor, "eviction keeps the hot set")
+				}
 			})
 		}
 	}
+}
+
+// zipfTopMass is the share of a Zipf workload's accesses that go to its
+// cap hottest peers: the hit ratio of a cache that held exactly those. At
+// test scale it is 0.648; epcache's eviction keeps 0.61 of the accesses
+// hits (under -race too), an LRU of the same size 0.52, random and FIFO
+// replacement 0.46 (simulated). Four fifths of it, 0.518, is a floor that
+// an eviction which loses track of the hot peers fails, and that no
+// speed of the machine moves: the ratio counts creations, not time.
+func zipfTopMass(s float64, peers, hot int) float64 {
+	var top, all float64
+	for k := range peers { // P(k) ∝ (1+k)^-s, as rand.NewZipf(r, s, 1, peers-1)
+		p := math.Pow(float64(1+k), -s)
+		all += p
+		if k < hot {
+			top += p
+		}
+	}
+	return top / all
 }
 
 // The comparators without a hard cap: the ledger sees them go past it. The

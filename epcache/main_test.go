@@ -43,6 +43,7 @@ type conn struct {
 	gen      int64
 	released atomic.Int32
 	leases   atomic.Int32 // leases a test holds on it (tests that count them)
+	metered  atomic.Bool  // counted in a meter (TestLifecycleStress)
 }
 
 func (c *conn) String() string { return fmt.Sprintf("conn(key=%d gen=%d)", c.key, c.gen) }
