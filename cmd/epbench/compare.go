@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -47,12 +48,59 @@ type ratio struct {
 }
 
 // comparison is what -compare found: the ratios of this run that the
-// baseline has too.
+// baseline has too, and this run's hit ratios.
 type comparison struct {
 	baseline string // the baseline's path
 	margin   float64
 	rows     []ratio
+	hits     []hitCheck
 	rechecks int // how many more runs each spec of a worse ratio had (-recheck)
+}
+
+// hitPoints is how far epcache's hit ratio may fall below a reference's in
+// a workload under a cap (issue 12: hotset's within 2 points of otter's).
+// It is checked against this run's reference, not against the baseline: a
+// hit ratio is the eviction policy's, not the machine's, and holds from run
+// to run within about a point (epcache 60.2 to 60.8%, otter 59.5 to 61.2%
+// over a session of hotset runs at full scale and in the ci suite).
+const hitPoints = 0.02
+
+// hitCheck is epcache's hit ratio beside a reference's, medians of one
+// group's runs.
+type hitCheck struct {
+	name         string // the spec's name with impl=epcache÷ref, and its GOMAXPROCS
+	group        string
+	epcache, ref float64
+}
+
+func (h hitCheck) low() bool { return h.epcache < h.ref-hitPoints }
+
+// hitChecks returns epcache's hit ratio beside each reference's, for the
+// workloads that report one, sorted by name.
+func hitChecks(results []bench.Result) []hitCheck {
+	var out []hitCheck
+	for _, g := range groups(results) {
+		if g.spec.Workload != "hotset" {
+			continue
+		}
+		byImpl := map[string][]float64{}
+		for _, r := range g.results {
+			byImpl[r.Impl] = append(byImpl[r.Impl], r.HitRatio)
+		}
+		if len(byImpl["epcache"]) == 0 {
+			continue
+		}
+		ep := median(byImpl["epcache"])
+		for _, ref := range references[g.spec.Workload] {
+			if len(byImpl[ref]) > 0 {
+				s := g.spec
+				s.Impl = "epcache÷" + ref
+				out = append(out, hitCheck{name: fmt.Sprintf("%s procs=%d", s.Name(), s.Procs), group: groupKey(s), epcache: ep, ref: median(byImpl[ref])})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b hitCheck) int { return strings.Compare(a.name, b.name) })
+	return out
 }
 
 // swings widens the margin of the workloads whose ratio swings further
@@ -78,6 +126,11 @@ func (c *comparison) worseSpecs(specs []bench.Spec) []bench.Spec {
 	for _, r := range c.rows {
 		if c.worse(r) {
 			worse[r.group] = true
+		}
+	}
+	for _, h := range c.hits {
+		if h.low() {
+			worse[h.group] = true
 		}
 	}
 	var out []bench.Spec
@@ -124,7 +177,7 @@ func loadComparison(baselinePath string, current []bench.Result, margin float64)
 	for _, r := range ratios(baseline) {
 		base[r.name] = r.current
 	}
-	c := &comparison{baseline: baselinePath, margin: margin}
+	c := &comparison{baseline: baselinePath, margin: margin, hits: hitChecks(current)}
 	for _, r := range ratios(current) {
 		if b, ok := base[r.name]; ok {
 			r.baseline = b
@@ -163,9 +216,28 @@ func (c *comparison) write(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t%s\n", r.name, r.baseline, r.current, c.limit(r), verdict)
 	}
+	var low []string
+	if len(c.hits) > 0 {
+		fmt.Fprintf(tw, "\nhit ratio, epcache and reference (at most %g points below)\tepcache\treference\t\t\n", 100*hitPoints)
+		for _, h := range c.hits {
+			verdict := "ok"
+			if h.low() {
+				verdict = "LOW"
+				low = append(low, fmt.Sprintf("%s: %.1f%% against %.1f%%", h.name, 100*h.epcache, 100*h.ref))
+			}
+			fmt.Fprintf(tw, "%s\t%.1f%%\t%.1f%%\t\t%s\n", h.name, 100*h.epcache, 100*h.ref, verdict)
+		}
+	}
 	tw.Flush()
+	var errs []string
 	if len(worse) > 0 {
-		return fmt.Errorf("ratios worse than the baseline past their limits (%g×, more for a workload that swings): %s", c.margin, strings.Join(worse, "; "))
+		errs = append(errs, fmt.Sprintf("ratios worse than the baseline past their limits (%g×, more for a workload that swings): %s", c.margin, strings.Join(worse, "; ")))
+	}
+	if len(low) > 0 {
+		errs = append(errs, fmt.Sprintf("hit ratios more than %g points below the reference's: %s", 100*hitPoints, strings.Join(low, "; ")))
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; and "))
 	}
 	return nil
 }

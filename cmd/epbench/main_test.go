@@ -258,6 +258,36 @@ func TestCompareWidensTheLimitOfASwingingWorkload(t *testing.T) {
 	assert.NotContains(t, err.Error(), "Hotset/")
 }
 
+// -compare holds epcache's hotset hit ratio to within 2 points of otter's in
+// this run, whatever the baseline's: a point and a half below passes, two
+// and a half fails, and its spec is one that -recheck runs again.
+func TestCompareChecksHitRatios(t *testing.T) {
+	hot := func(impl string, ns, hits float64) bench.Result {
+		r := result("hotset", impl, ns)
+		r.HitRatio = hits
+		return r
+	}
+	path := baselineFile(t, []bench.Result{hot("epcache", 1, 0.6), hot("otter", 2, 0.6)})
+	var out bytes.Buffer
+	require.NoError(t, compare(&out, path, []bench.Result{hot("epcache", 1, 0.595), hot("epcache", 1, 0.60), hot("epcache", 1, 0.45), hot("otter", 2, 0.61)}, 2),
+		"the median, 59.5%%, is 1.5 points below otter's")
+	assert.Contains(t, out.String(), "hit ratio, epcache and reference (at most 2 points below)")
+	assert.Regexp(t, `Hotset/impl=epcache÷otter/\S+ procs=2 +59\.5% +61\.0% +ok`, out.String())
+
+	current := []bench.Result{hot("epcache", 1, 0.59), hot("otter", 2, 0.615)}
+	out.Reset()
+	err := compare(&out, path, current, 2)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "hit ratios more than 2 points below the reference's: Hotset/impl=epcache÷otter/")
+	assert.Contains(t, err.Error(), "59.0% against 61.5%")
+	assert.NotContains(t, err.Error(), "ratios worse than the baseline", "the speed ratio is the baseline's")
+	assert.Contains(t, out.String(), "LOW")
+
+	c, err := loadComparison(path, current, 2)
+	require.NoError(t, err)
+	assert.Len(t, c.worseSpecs([]bench.Spec{current[0].Spec}), 1, "a low hit ratio is rechecked")
+}
+
 // TestRecheck runs epbench against a baseline that one of its two specs
 // cannot meet: that spec's implementations run -recheck more times, the
 // other spec's do not, and the ratio that is still worse fails the run.
