@@ -25,7 +25,7 @@ type Stats struct {
 	Offers        uint64 // values stored by Offer
 	Evictions     uint64 // values removed to make room under MaxEntries
 	IdleRemovals  uint64 // values removed by IdleTimeout
-	RoomWaits     uint64 // creations that had to wait for room under MaxEntries
+	RoomWaits     uint64 // creations that found no room under MaxEntries: each waited, in line or for the Release of a value it evicted itself
 	// Room is the room taken under MaxEntries now: values created or
 	// offered and not yet released (their Release returned) plus creations
 	// running. It never exceeds MaxEntries; 0 when MaxEntries is not set.
