@@ -568,9 +568,18 @@ func TestFaultLeases(t *testing.T) {
 								}
 							}
 							if g == 0 && i == ops/2 {
+								// A lease held across Close for certain,
+								// beside the others' that may be.
+								held, herr := c.Acquire(context.Background(), 0)
+								assert.NoError(t, herr)
 								err := c.Close()
 								if mode != "panicking" {
 									assert.NoError(t, err)
+								}
+								if herr == nil {
+									assert.Positive(t, c.Stats().Lingering, "the value of a lease held across Close lingers")
+									assert.Zero(t, held.Value().released.Load(), "released under a lease by Close")
+									recovering(held.Release)
 								}
 							}
 						}
@@ -581,6 +590,9 @@ func TestFaultLeases(t *testing.T) {
 				st := c.Stats()
 				assert.Zero(t, st.Lingering, "every lease ended")
 				if mode == "panicking" {
+					// Every third value made panics: at least one did, in
+					// a lease's end, an Invalidate or Close.
+					assert.Positive(t, st.ReleasePanics, "no Release panicked")
 					assert.LessOrEqual(t, uint64(panics.Load()), st.ReleasePanics, "panics reached the Releases of leases and Invalidates")
 				}
 			})

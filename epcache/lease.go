@@ -172,7 +172,9 @@ func (c *Cache[K, V]) acquire(ctx context.Context, key K) (Lease[K, V], error) {
 // Offer returns false.
 //
 // If key holds a value, or Close has begun, Offer returns false and v stays
-// the caller's: the cache never releases it.
+// the caller's: the cache never releases it. So it does under
+// Config.MaxEntries when the cache is full: an Offer takes room only if
+// some is free, and neither evicts nor waits (it does not block).
 //
 // Offer does not block and calls nothing of the caller's.
 func (c *Cache[K, V]) Offer(key K, v V) bool {
@@ -203,16 +205,22 @@ func (c *Cache[K, V]) offerKey(key K, v V) bool {
 			s = c.table.LoadOrInsert(key)
 			continue
 		}
-		g := &c.stats.of(unsafe.Pointer(s)).gate
-		if !g.enter() {
-			return false // Close has begun
-		}
-		done, ok := c.offer(s, st, v)
-		g.exit()
-		if done {
+		if done, ok := c.offerIn(s, st, v); done {
 			return ok
 		}
 	}
+}
+
+// offerIn is offer inside s's gate, so that Close waits for a value it
+// stores; once Close has shut the gate, it stores nothing (done, not ok).
+func (c *Cache[K, V]) offerIn(s *shard.Slot[K, V], st *shard.State[V], v V) (done, ok bool) {
+	g := &c.stats.of(unsafe.Pointer(s)).gate
+	if !g.enter() {
+		return true, false // Close has begun
+	}
+	done, ok = c.offer(s, st, v)
+	g.exit()
+	return done, ok
 }
 
 // offer tries to store v in s, whose state was st; done is false when s

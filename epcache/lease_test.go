@@ -135,6 +135,21 @@ func TestLeaseReleasePanics(t *testing.T) {
 	assert.EqualValues(t, 1, st.Releases)
 	assert.EqualValues(t, 1, st.ReleasePanics)
 	assert.Zero(t, st.Lingering)
+
+	// So after Close: Close leaves the leased value to its lease, whose
+	// Release gets the panic.
+	b, err := c.Acquire(context.Background(), 2)
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	assert.EqualValues(t, 1, c.Stats().Lingering)
+	boom.Store(true)
+	assert.PanicsWithValue(t, "release failed", b.Release)
+	boom.Store(false)
+	st = c.Stats()
+	assert.EqualValues(t, 2, st.Releases)
+	assert.EqualValues(t, 2, st.ReleasePanics)
+	assert.Zero(t, st.Lingering)
+	assert.EqualValues(t, 1, b.Value().released.Load())
 }
 
 // A lease on a ready key allocates nothing once the value has its lease
@@ -406,7 +421,10 @@ func TestLeaseAndOfferStress(t *testing.T) {
 						cancel()
 						continue
 					}
-					require.NoError(t, err)
+					if !assert.NoError(t, err) { // not require: this is not the test's goroutine
+						cancel()
+						return
+					}
 					v := a.Value()
 					v.leases.Add(1)
 					time.Sleep(time.Duration(i%3) * time.Microsecond)
@@ -426,7 +444,7 @@ func TestLeaseAndOfferStress(t *testing.T) {
 				}
 				cancel()
 				if g == 0 && i == rounds*9/10 {
-					require.NoError(t, c.Close()) // near the end of the storm
+					assert.NoError(t, c.Close()) // near the end of the storm
 				}
 			}
 		})
@@ -494,5 +512,154 @@ func TestOfferAfterCreateTimeout(t *testing.T) {
 		assert.EqualValues(t, 1, st.Creates)
 		assert.EqualValues(t, 1, st.Releases, "the late value")
 		assert.EqualValues(t, 1, st.Offers)
+	})
+}
+
+// An Offer that looked at a key while its creation ran, and goes on after
+// the creation ended (OfferInSteps puts the end between the two): if the
+// creation made a value, that value is the key's, and Offer returns false,
+// its own value the caller's; if the creation failed, Offer looks again,
+// and stores its value.
+func TestOfferRacingTheCreationsEnd(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		name := "the creation made a value"
+		if fail {
+			name = "the creation failed"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := newLedger()
+				g := newGated(l)
+				c := newCache(t, l, nil, func(cfg *epcache.Config[int, *conn]) { cfg.Create = g.create })
+				claimer := goGet(c, context.Background(), 5)
+				<-g.started
+				offered := l.newConn(5)
+				rest := epcache.OfferInSteps(c, 5, offered, false) // it sees the creation
+				var err error
+				if fail {
+					err = errors.New("refused")
+				}
+				g.proceed <- err
+				r := <-claimer
+				done, ok := rest()
+				if !fail {
+					require.NoError(t, r.err)
+					assert.True(t, done)
+					assert.False(t, ok, "the key holds the created value")
+					l.keepBack(offered)
+					got, _ := c.Load(5)
+					assert.Same(t, r.c, got)
+					return
+				}
+				require.Error(t, r.err)
+				assert.False(t, done, "the slot changed under it: Offer looks again")
+				require.True(t, c.Offer(5, offered), "and finds the key empty")
+				got, _ := c.Load(5)
+				assert.Same(t, offered, got)
+			})
+		})
+	}
+}
+
+// An Offer answers an Acquire's creation as it answers a Get's: the Acquire
+// returns a lease of the offered value, which Invalidate removes but does
+// not release while the lease is held; the value Create returns later is
+// released as unwanted.
+func TestOfferAnswersAnAcquire(t *testing.T) {
+	for _, leavable := range []bool{false, true} {
+		name := "caller runs Create"
+		if leavable {
+			name = "Create on its own goroutine"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := newLedger()
+				g := newGated(l)
+				c := newCache(t, l, nil, func(cfg *epcache.Config[int, *conn]) { cfg.Create = g.create })
+				ctx := context.Background()
+				if leavable {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithCancel(ctx)
+					defer cancel()
+				}
+				type acquired struct {
+					l   epcache.Lease[int, *conn]
+					err error
+				}
+				ch := make(chan acquired, 1)
+				go func() {
+					a, err := c.Acquire(ctx, 6)
+					ch <- acquired{a, err}
+				}()
+				<-g.started
+				offered := l.newConn(6)
+				require.True(t, c.Offer(6, offered))
+				if !leavable {
+					g.proceed <- nil // the Acquire returns once its Create has
+				}
+				a := <-ch
+				require.NoError(t, a.err)
+				assert.Same(t, offered, a.l.Value(), "a lease of the offered value")
+				require.True(t, c.Invalidate(6))
+				assert.Zero(t, offered.released.Load(), "released under a lease")
+				a.l.Release()
+				assert.EqualValues(t, 1, offered.released.Load(), "released by the lease's end")
+				if leavable {
+					g.proceed <- nil
+				}
+				synctest.Wait()
+				st := c.Stats()
+				assert.EqualValues(t, 1, st.Offers)
+				assert.EqualValues(t, 2, st.Releases, "the offered value and Create's late one")
+				assert.Zero(t, st.Lingering)
+			})
+		})
+	}
+}
+
+// Offer and Close, both ways round (OfferInSteps stops the Offer at its
+// slot's gate): an Offer inside the gate when Close begins stores its value,
+// and Close waits for it and releases it with the others; an Offer that
+// reaches the gate after Close shut it stores nothing, and its value stays
+// the caller's.
+func TestOfferRacingClose(t *testing.T) {
+	t.Run("the Offer inside the gate first", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := newLedger()
+			c := newCache(t, l, nil, nil)
+			_, err := c.Get(context.Background(), 1)
+			require.NoError(t, err)
+			offered := l.newConn(2)
+			rest := epcache.OfferInSteps(c, 2, offered, true)
+			closed := make(chan error, 1)
+			go func() { closed <- c.Close() }()
+			synctest.Wait()
+			select {
+			case <-closed:
+				t.Fatal("Close returned while an Offer was inside a gate")
+			default:
+			}
+			done, ok := rest()
+			assert.True(t, done)
+			assert.True(t, ok, "inside the gate, the Offer stores its value")
+			require.NoError(t, <-closed)
+			assert.EqualValues(t, 1, offered.released.Load(), "Close released the offered value")
+			assert.EqualValues(t, 1, c.Stats().Offers)
+		})
+	})
+	t.Run("Close shut the gate first", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := newLedger()
+			c := newCache(t, l, nil, nil)
+			offered := l.newConn(2)
+			rest := epcache.OfferInSteps(c, 2, offered, false)
+			require.NoError(t, c.Close())
+			done, ok := rest()
+			assert.True(t, done)
+			assert.False(t, ok, "Close has begun: the value stays the caller's")
+			assert.Zero(t, offered.released.Load())
+			assert.Zero(t, c.Stats().Offers)
+			l.keepBack(offered)
+		})
 	})
 }

@@ -1,6 +1,7 @@
 package shard_test
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -86,7 +87,8 @@ func TestLeaseEndedTwice(t *testing.T) {
 
 // Goroutines take and end leases while the value is abandoned: exactly one
 // party is told to release it, and only once every lease handed out has
-// ended.
+// ended (a lease counts in held from its start until just before its end,
+// yielding in between, so a release told while one is held is seen).
 func TestLeaseAbandonRace(t *testing.T) {
 	for range 500 {
 		_, s := readySlot(t)
@@ -106,7 +108,8 @@ func TestLeaseAbandonRace(t *testing.T) {
 						return
 					}
 					held.Add(1)
-					held.Add(-1)
+					runtime.Gosched() // held for a while: a release now would be early
+					held.Add(-1)      // counted until just before it ends
 					last, err := s.EndLease(tk)
 					if err != nil {
 						panic(err)
