@@ -315,62 +315,45 @@ func TestOffer(t *testing.T) {
 // returns later is released. Until that Create returns, no second creation
 // of the key starts, even if the offered value is invalidated.
 func TestOfferAnswersACreationInFlight(t *testing.T) {
-	for _, leavable := range []bool{false, true} {
-		name := "caller runs Create"
+	eachCreateGoroutine(t, func(t *testing.T, l *ledger, g *gatedCreate, c *epcache.Cache[int, *conn], ctx context.Context, leavable bool) {
+		claimer := goGet(c, ctx, 9)
+		<-g.started
+		waiter := goGet(c, context.Background(), 9)
+		synctest.Wait()
+
+		accepted := l.newConn(9)
+		require.True(t, c.Offer(9, accepted))
+		assert.Same(t, accepted, (<-waiter).c, "a waiter gets the offered value at once")
 		if leavable {
-			name = "Create on its own goroutine"
+			assert.Same(t, accepted, (<-claimer).c, "so does the Get that started the creation")
 		}
-		t.Run(name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				l := newLedger()
-				g := newGated(l)
-				c := newCache(t, l, nil, func(cfg *epcache.Config[int, *conn]) { cfg.Create = g.create })
-				ctx := context.Background()
-				if leavable {
-					var cancel context.CancelFunc
-					ctx, cancel = context.WithCancel(ctx)
-					defer cancel()
-				}
-				claimer := goGet(c, ctx, 9)
-				<-g.started
-				waiter := goGet(c, context.Background(), 9)
-				synctest.Wait()
+		got, ok := c.Load(9)
+		require.True(t, ok)
+		assert.Same(t, accepted, got)
 
-				accepted := l.newConn(9)
-				require.True(t, c.Offer(9, accepted))
-				assert.Same(t, accepted, (<-waiter).c, "a waiter gets the offered value at once")
-				if leavable {
-					assert.Same(t, accepted, (<-claimer).c, "so does the Get that started the creation")
-				}
-				got, ok := c.Load(9)
-				require.True(t, ok)
-				assert.Same(t, accepted, got)
+		// The offered value goes; its successor waits for the
+		// first Create to return.
+		require.True(t, c.Invalidate(9))
+		next := goGet(c, context.Background(), 9)
+		synctest.Wait()
+		assert.Equal(t, 1, l.callsFor(9), "no second Create while the first runs")
 
-				// The offered value goes; its successor waits for the
-				// first Create to return.
-				require.True(t, c.Invalidate(9))
-				next := goGet(c, context.Background(), 9)
-				synctest.Wait()
-				assert.Equal(t, 1, l.callsFor(9), "no second Create while the first runs")
-
-				g.proceed <- nil // the first Create returns a value nobody wants
-				if !leavable {
-					assert.Same(t, accepted, (<-claimer).c, "the Get running Create got the offered value")
-				}
-				<-g.started // the successor's creation starts only now
-				g.proceed <- nil
-				r := <-next
-				require.NoError(t, r.err)
-				assert.NotSame(t, accepted, r.c)
-				synctest.Wait()
-				assert.EqualValues(t, 1, l.maxInflightOf(), "the two Creates never overlapped")
-				st := c.Stats()
-				assert.EqualValues(t, 2, st.Creates)
-				assert.EqualValues(t, 1, st.Offers)
-				assert.EqualValues(t, 2, st.Releases, "the offered value and the late one")
-			})
-		})
-	}
+		g.proceed <- nil // the first Create returns a value nobody wants
+		if !leavable {
+			assert.Same(t, accepted, (<-claimer).c, "the Get running Create got the offered value")
+		}
+		<-g.started // the successor's creation starts only now
+		g.proceed <- nil
+		r := <-next
+		require.NoError(t, r.err)
+		assert.NotSame(t, accepted, r.c)
+		synctest.Wait()
+		assert.EqualValues(t, 1, l.maxInflightOf(), "the two Creates never overlapped")
+		st := c.Stats()
+		assert.EqualValues(t, 2, st.Creates)
+		assert.EqualValues(t, 1, st.Offers)
+		assert.EqualValues(t, 2, st.Releases, "the offered value and the late one")
+	})
 }
 
 // Offers race with creations, Acquires, Invalidates and each other, on a
@@ -566,55 +549,38 @@ func TestOfferRacingTheCreationsEnd(t *testing.T) {
 // not release while the lease is held; the value Create returns later is
 // released as unwanted.
 func TestOfferAnswersAnAcquire(t *testing.T) {
-	for _, leavable := range []bool{false, true} {
-		name := "caller runs Create"
-		if leavable {
-			name = "Create on its own goroutine"
+	eachCreateGoroutine(t, func(t *testing.T, l *ledger, g *gatedCreate, c *epcache.Cache[int, *conn], ctx context.Context, leavable bool) {
+		type acquired struct {
+			l   epcache.Lease[int, *conn]
+			err error
 		}
-		t.Run(name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				l := newLedger()
-				g := newGated(l)
-				c := newCache(t, l, nil, func(cfg *epcache.Config[int, *conn]) { cfg.Create = g.create })
-				ctx := context.Background()
-				if leavable {
-					var cancel context.CancelFunc
-					ctx, cancel = context.WithCancel(ctx)
-					defer cancel()
-				}
-				type acquired struct {
-					l   epcache.Lease[int, *conn]
-					err error
-				}
-				ch := make(chan acquired, 1)
-				go func() {
-					a, err := c.Acquire(ctx, 6)
-					ch <- acquired{a, err}
-				}()
-				<-g.started
-				offered := l.newConn(6)
-				require.True(t, c.Offer(6, offered))
-				if !leavable {
-					g.proceed <- nil // the Acquire returns once its Create has
-				}
-				a := <-ch
-				require.NoError(t, a.err)
-				assert.Same(t, offered, a.l.Value(), "a lease of the offered value")
-				require.True(t, c.Invalidate(6))
-				assert.Zero(t, offered.released.Load(), "released under a lease")
-				a.l.Release()
-				assert.EqualValues(t, 1, offered.released.Load(), "released by the lease's end")
-				if leavable {
-					g.proceed <- nil
-				}
-				synctest.Wait()
-				st := c.Stats()
-				assert.EqualValues(t, 1, st.Offers)
-				assert.EqualValues(t, 2, st.Releases, "the offered value and Create's late one")
-				assert.Zero(t, st.Lingering)
-			})
-		})
-	}
+		ch := make(chan acquired, 1)
+		go func() {
+			a, err := c.Acquire(ctx, 6)
+			ch <- acquired{a, err}
+		}()
+		<-g.started
+		offered := l.newConn(6)
+		require.True(t, c.Offer(6, offered))
+		if !leavable {
+			g.proceed <- nil // the Acquire returns once its Create has
+		}
+		a := <-ch
+		require.NoError(t, a.err)
+		assert.Same(t, offered, a.l.Value(), "a lease of the offered value")
+		require.True(t, c.Invalidate(6))
+		assert.Zero(t, offered.released.Load(), "released under a lease")
+		a.l.Release()
+		assert.EqualValues(t, 1, offered.released.Load(), "released by the lease's end")
+		if leavable {
+			g.proceed <- nil
+		}
+		synctest.Wait()
+		st := c.Stats()
+		assert.EqualValues(t, 1, st.Offers)
+		assert.EqualValues(t, 2, st.Releases, "the offered value and Create's late one")
+		assert.Zero(t, st.Lingering)
+	})
 }
 
 // Offer and Close, both ways round (OfferInSteps stops the Offer at its
@@ -662,4 +628,31 @@ func TestOfferRacingClose(t *testing.T) {
 			l.keepBack(offered)
 		})
 	})
+}
+
+// eachCreateGoroutine runs body twice, in a synctest bubble, over a cache
+// whose Create waits for g.proceed: with a context that cannot end, so
+// that the caller runs Create, and with one that can (leavable), so that
+// Create runs on a goroutine of its own and the caller may leave it.
+func eachCreateGoroutine(t *testing.T, body func(t *testing.T, l *ledger, g *gatedCreate, c *epcache.Cache[int, *conn], ctx context.Context, leavable bool)) {
+	for _, leavable := range []bool{false, true} {
+		name := "caller runs Create"
+		if leavable {
+			name = "Create on its own goroutine"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := newLedger()
+				g := newGated(l)
+				c := newCache(t, l, nil, func(cfg *epcache.Config[int, *conn]) { cfg.Create = g.create })
+				ctx := context.Background()
+				if leavable {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithCancel(ctx)
+					defer cancel()
+				}
+				body(t, l, g, c, ctx, leavable)
+			})
+		})
+	}
 }
