@@ -510,11 +510,8 @@ func TestOfferRacingTheCreationsEnd(t *testing.T) {
 			name = "the creation failed"
 		}
 		t.Run(name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				l := newLedger()
-				g := newGated(l)
-				c := newCache(t, l, nil, func(cfg *epcache.Config[int, *conn]) { cfg.Create = g.create })
-				claimer := goGet(c, context.Background(), 5)
+			eachCreateGoroutine(t, func(t *testing.T, l *ledger, g *gatedCreate, c *epcache.Cache[int, *conn], ctx context.Context, _ bool) {
+				claimer := goGet(c, ctx, 5)
 				<-g.started
 				offered := l.newConn(5)
 				rest := epcache.OfferInSteps(c, 5, offered, false) // it sees the creation
@@ -524,6 +521,7 @@ func TestOfferRacingTheCreationsEnd(t *testing.T) {
 				}
 				g.proceed <- err
 				r := <-claimer
+				synctest.Wait() // the creation's goroutine, if it has one, is done
 				done, ok := rest()
 				if !fail {
 					require.NoError(t, r.err)
