@@ -429,6 +429,16 @@ func (p *Peer) readHello(c *conn) (hello, bool) {
 	if err == nil {
 		h, err = parseHello(&b)
 	}
+	if err == nil && c.br.Buffered() == 0 && peerGone(c.nc) {
+		// The dialer gave up after its hello (its attempt was cut short,
+		// timed out, or its process ended) while the connection waited in
+		// the backlog. Offered, it would answer the Sends waiting for the
+		// dialer, which would write their frames into a connection nobody
+		// reads, and report them sent (TestAbandonedDialIsNotTaken).
+		p.stats.abandoned.Add(1)
+		c.close(false)
+		return hello{}, false
+	}
 	if err != nil {
 		p.stats.refused.Add(1)
 		c.close(false)

@@ -190,7 +190,10 @@
 // dialer's id is not in the directory), 3 (the dialer claims the acceptor's
 // id), 4 (the acceptor is closing) and 5 (busy: the acceptor has no room
 // for the connection now, and connects back; see MaxConns). Something that is not a hello, or no
-// hello within Config.HandshakeTimeout, is closed without a reply. After an
+// hello within Config.HandshakeTimeout, is closed without a reply, and so
+// is a hello whose dialer has already closed its end (a dial given up while
+// it waited in the backlog: counted in Stats.Abandoned, never offered, so
+// that no Send writes a frame into it and reports it sent). After an
 // accept, both directions carry frames: a uint32 payload length, at most
 // Config.MaxFrame (a larger one closes the connection), then the payload.
 //

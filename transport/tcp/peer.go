@@ -137,6 +137,7 @@ type Stats struct {
 	Closed       uint64 // connection ends closed, for any reason
 	Duplicates   uint64 // of Closed: ends closed because the pair keeps another connection
 	Refused      uint64 // accepted connections closed for a bad or missing hello
+	Abandoned    uint64 // accepted connections closed unused: their dialer had gone after its hello
 	NotPublished uint64 // lookups the directory answered "not yet"
 	BadFrames    uint64 // connections closed for announcing a frame over MaxFrame
 	Sent         uint64 // frames written
@@ -161,7 +162,7 @@ func (s Stats) Open() int64 { return int64(s.Dialed+s.Accepted) - int64(s.Closed
 type counters struct {
 	dialAttempts, dialed, accepted, closed, duplicates, refused atomic.Uint64
 	notPublished, badFrames, sent, received                     atomic.Uint64
-	busy, busyRetries, resent                                   atomic.Uint64
+	busy, busyRetries, resent, abandoned                        atomic.Uint64
 	closedUnderWriter                                           atomic.Uint64 // connections closed while a frame was being written
 
 	// fds counts descriptors held or about to be: raised before a dial or
@@ -483,6 +484,7 @@ func (p *Peer) Stats() Stats {
 		Closed:          s.closed.Load(),
 		Duplicates:      s.duplicates.Load(),
 		Refused:         s.refused.Load(),
+		Abandoned:       s.abandoned.Load(),
 		NotPublished:    s.notPublished.Load(),
 		BadFrames:       s.badFrames.Load(),
 		Sent:            s.sent.Load(),
