@@ -179,58 +179,47 @@ func TestAcquireAllocatesNothing(t *testing.T) {
 // Invalidate racing the creation cannot release it under the Acquire, and
 // the Acquire never creates a value nobody sees.
 func TestAcquireLeasesWhatItCreates(t *testing.T) {
-	for _, leavable := range []bool{false, true} {
-		synctest.Test(t, func(t *testing.T) {
-			l := newLedger()
-			g := newGated(l)
-			c := newCache(t, l, nil, func(cfg *epcache.Config[int, *conn]) { cfg.Create = g.create })
-			ctx := context.Background()
-			if leavable {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithCancel(ctx)
-				defer cancel()
+	eachCreateGoroutine(t, func(t *testing.T, l *ledger, g *gatedCreate, c *epcache.Cache[int, *conn], ctx context.Context, _ bool) {
+		got := make(chan epcache.Lease[int, *conn], 1)
+		go func() {
+			a, err := c.Acquire(ctx, 3)
+			if err != nil {
+				panic(err)
 			}
-			got := make(chan epcache.Lease[int, *conn], 1)
-			go func() {
-				a, err := c.Acquire(ctx, 3)
-				if err != nil {
-					panic(err)
+			got <- a
+		}()
+		<-g.started
+		stop := make(chan struct{})
+		invalidated := make(chan int, 1)
+		go func() { // invalidates as soon as there is something to invalidate
+			n := 0
+			for {
+				select {
+				case <-stop:
+					invalidated <- n
+					return
+				default:
 				}
-				got <- a
-			}()
-			<-g.started
-			stop := make(chan struct{})
-			invalidated := make(chan int, 1)
-			go func() { // invalidates as soon as there is something to invalidate
-				n := 0
-				for {
-					select {
-					case <-stop:
-						invalidated <- n
-						return
-					default:
-					}
-					if c.Invalidate(3) {
-						n++
-					}
-					time.Sleep(time.Microsecond)
+				if c.Invalidate(3) {
+					n++
 				}
-			}()
-			g.proceed <- nil
-			a := <-got
-			synctest.Wait()
-			close(stop)
-			n := <-invalidated
-			assert.LessOrEqual(t, n, 1)
-			assert.EqualValues(t, 1, l.callsFor(3), "one creation, the one this Acquire returned")
-			if n == 0 {
-				require.True(t, c.Invalidate(3))
+				time.Sleep(time.Microsecond)
 			}
-			assert.Zero(t, a.Value().released.Load(), "not released while leased")
-			a.Release()
-			assert.EqualValues(t, 1, a.Value().released.Load())
-		})
-	}
+		}()
+		g.proceed <- nil
+		a := <-got
+		synctest.Wait()
+		close(stop)
+		n := <-invalidated
+		assert.LessOrEqual(t, n, 1)
+		assert.EqualValues(t, 1, l.callsFor(3), "one creation, the one this Acquire returned")
+		if n == 0 {
+			require.True(t, c.Invalidate(3))
+		}
+		assert.Zero(t, a.Value().released.Load(), "not released while leased")
+		a.Release()
+		assert.EqualValues(t, 1, a.Value().released.Load())
+	})
 }
 
 // An Acquire that leaves on its context, or is answered by Close, before
