@@ -221,10 +221,25 @@ func (d *Directory) watch(rev int64) {
 	defer d.loops.Done()
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
 		wch := d.opts.Client.Watch(d.ctx, d.opts.Prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-		for resp := range wch {
+	responses:
+		for {
+			// Close is waited for here, not only through the channel: the
+			// channel of a watch on a client that was closed is not always
+			// closed when d.ctx is cancelled, and Close hung on it (a fresh-
+			// clone CI run, TestDeadProcessLeavesAndComesBack).
+			var resp clientv3.WatchResponse
+			select {
+			case <-d.ctx.Done():
+				return
+			case r, ok := <-wch:
+				if !ok {
+					break responses
+				}
+				resp = r
+			}
 			if err := resp.Err(); err != nil {
 				if errors.Is(err, rpctypes.ErrCompacted) {
-					break // reload below
+					break responses // reload below
 				}
 				continue
 			}
