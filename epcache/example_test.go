@@ -30,7 +30,7 @@ func ExampleNew() {
 		},
 		// Release closes every endpoint the cache gives up, exactly once.
 		Release:       func(rank int, ep *Endpoint) { ep.Close() },
-		CreateTimeout: 5 * time.Second,
+		CreateTimeout: time.Minute,
 		Retry:         epcache.Backoff(10*time.Millisecond, time.Second, 5, nil),
 		ErrorTTL:      time.Second,
 	})

@@ -277,8 +277,8 @@ func (cfg linConfig) lifecycle() bool { return cfg.maxEntries > 0 || cfg.idle > 
 // linWait bounds a Get or Acquire of a lifecycle history: every wait for
 // room ends when another client ends its leases, which it does before its
 // next Get or Acquire, so only a cache that fails to hand the room over
-// waits so long.
-const linWait = 2 * time.Second
+// waits so long: linWait only detects that hang.
+const linWait = hang
 
 // linModes are the option sets the campaign rotates through: plain (half
 // the histories), and a cap below the keys, a short IdleTimeout, and both.

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/epcache/epcache/epcache"
 	"go.uber.org/goleak"
@@ -17,6 +18,11 @@ import (
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
+
+// hang bounds a wait that only detects a hang: a test may wait this long
+// for something that must happen, however slow or busy the machine, and
+// fails only if it never does.
+const hang = 2 * time.Minute
 
 // hashVariants are the constructors every behaviour test runs against: the
 // built-in seeded hash, and deliberately bad hashes, so that collisions are

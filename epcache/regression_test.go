@@ -148,7 +148,7 @@ func TestGetRacingClose(t *testing.T) {
 			if err != epcache.ErrClosed {
 				t.Fatalf("Get: %v", err)
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(hang):
 			sealRebuildHung.Store(true)
 			t.Fatalf("trial %d (delay %v): a Get racing Close never returned (rebuild spins on an over-full array)", trial, delay)
 		}
@@ -160,40 +160,46 @@ func TestGetRacingClose(t *testing.T) {
 // goroutine releases a value that finished after CreateTimeout used to skip
 // settling the slot, which then answered the stale timeout error forever.
 // The slot is settled before the release now, and Close reports the Goexit.
+//
+// It runs in a synctest bubble: the second creation, which has the same
+// CreateTimeout, returns at once on the fake clock, however slow the
+// machine.
 func TestGoexitInLateRelease(t *testing.T) {
-	var calls atomic.Int32
-	unblock := make(chan struct{})
-	released := make(chan struct{})
-	c, err := epcache.New(epcache.Config[int, *int]{
-		CreateTimeout: 10 * time.Millisecond,
-		Create: func(_ context.Context, k int) (*int, error) {
-			if calls.Add(1) == 1 {
-				<-unblock // ignores ctx
-			}
-			return &k, nil
-		},
-		Release: func(int, *int) {
-			close(released)
-			runtime.Goexit()
-		},
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		unblock := make(chan struct{})
+		released := make(chan struct{})
+		c, err := epcache.New(epcache.Config[int, *int]{
+			CreateTimeout: 10 * time.Millisecond,
+			Create: func(_ context.Context, k int) (*int, error) {
+				if calls.Add(1) == 1 {
+					<-unblock // ignores ctx
+				}
+				return &k, nil
+			},
+			Release: func(int, *int) {
+				close(released)
+				runtime.Goexit()
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Get(context.Background(), 1); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Get: %v; want the CreateTimeout", err)
+		}
+		close(unblock)
+		<-released
+		synctest.Wait() // the creation's goroutine has ended, in its Release
+		if _, err := c.Get(context.Background(), 1); err != nil {
+			t.Errorf("Get after the stuck Create returned: %v (Create calls: %d)", err, calls.Load())
+		}
+		released = make(chan struct{}) // Close releases the second value: Goexit again
+		err = c.Close()
+		if err == nil || !strings.Contains(err.Error(), "Release of key 1 called runtime.Goexit") {
+			t.Errorf("Close: %v; want both Goexits reported", err)
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Get(context.Background(), 1); err == nil {
-		t.Fatal("want a timeout")
-	}
-	close(unblock)
-	<-released
-	time.Sleep(50 * time.Millisecond)
-	if _, err := c.Get(context.Background(), 1); err != nil {
-		t.Errorf("Get after the stuck Create returned: %v (Create calls: %d)", err, calls.Load())
-	}
-	released = make(chan struct{}) // Close releases the second value: Goexit again
-	err = c.Close()
-	if err == nil || !strings.Contains(err.Error(), "Release of key 1 called runtime.Goexit") {
-		t.Errorf("Close: %v; want both Goexits reported", err)
-	}
 }
 
 // A Release that calls runtime.Goexit during Close ends only the goroutine

@@ -444,7 +444,7 @@ func TestEvictForSelfWhenALeaseCatchesTheValue(t *testing.T) {
 							stop.Store(true)
 						}
 					}()
-					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					ctx, cancel := context.WithTimeout(context.Background(), hang)
 					defer cancel()
 					a, err := c.Acquire(ctx, k)
 					if err != nil {
@@ -481,10 +481,10 @@ func TestEvictForSelfWhenALeaseCatchesTheValue(t *testing.T) {
 // other key's value is hit by the others. evictOne passes over a candidate
 // that a use made young again (Touch) before InvalidateState, and gives up
 // after maxLaps laps: on a clock of one value, eight visits. Nothing then
-// kicks: a use is no lease end, and no Want was left behind. The wait ended
-// only with its context, within ten seconds, before a value taken all the
-// same was removed in the state it has when it is removed. (Found in
-// review.)
+// kicks: a use is no lease end, and no Want was left behind, so unless
+// evictOne takes such a value all the same (in the state it has when it is
+// removed), the wait ends only with its context, whose limit (hang) only
+// detects that.
 func TestRoomWaitEndsWhileUsesOutlastTheHandsLaps(t *testing.T) {
 	l := newLedger()
 	c := newCache(t, l, nil, func(cfg *epcache.Config[int, *conn]) { cfg.MaxEntries = 1 })
@@ -497,12 +497,12 @@ func TestRoomWaitEndsWhileUsesOutlastTheHandsLaps(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(id), 11))
 			for !stop.Load() && time.Now().Before(deadline) {
 				k := r.IntN(2)
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), hang)
 				_, err := c.Get(ctx, k)
 				cancel()
 				if err != nil {
 					if !stop.Swap(true) {
-						t.Errorf("after %d Gets, Get(%d) waited 5s for room with no lease held: %v (Stats %+v)", ops.Load(), k, err, c.Stats())
+						t.Errorf("after %d Gets, Get(%d) waited %v for room with no lease held: %v (Stats %+v)", ops.Load(), k, hang, err, c.Stats())
 					}
 					return
 				}

@@ -4,13 +4,13 @@ import (
 	"context"
 	"math/rand/v2"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/epcache/epcache/epcache"
+	"github.com/epcache/epcache/shard"
 	xsync4 "github.com/puzpuzpuz/xsync/v4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -182,6 +182,11 @@ func growWhileReading(t *testing.T, writes int) {
 		worst         time.Duration
 	}
 	readers := make([]readerStats, max(1, runtime.GOMAXPROCS(0)-1))
+	// passes counts each reader's rounds: the writer starts once every
+	// reader has made one, and stops them once every reader has made one
+	// more after the last insertion, so that each read while the table
+	// grew, however the goroutines were scheduled.
+	passes := make([]atomic.Int64, len(readers))
 	for i := range readers {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(i), 9))
@@ -197,9 +202,11 @@ func growWhileReading(t *testing.T, writes int) {
 				if !ok || v.peer != k || err != nil || g != v {
 					rs.misses++
 				}
+				passes[i].Add(1)
 			}
 		})
 	}
+	require.True(t, waitForPasses(passes, 1), "the readers never started")
 	start := time.Now()
 	for k := present; k < present+writes; k++ {
 		t0 := time.Now()
@@ -209,8 +216,10 @@ func growWhileReading(t *testing.T, writes int) {
 		slowestWrite = max(slowestWrite, time.Since(t0))
 	}
 	elapsed := time.Since(start)
+	readAfter := waitForPasses(passes, 1)
 	stop.Store(true)
 	wg.Wait()
+	require.True(t, readAfter, "the readers stopped while the table grew")
 	assert.Equal(t, present+writes, c.Len())
 	for i, rs := range readers {
 		t.Logf("reader %d: %d reads while %d peers were added in %v (slowest insertion, a rebuild: %v); slowest Load+Get %v",
@@ -223,17 +232,23 @@ func growWhileReading(t *testing.T, writes int) {
 // TestMillionPeersSweepWithoutStoppingReaders fills a cache with IdleTimeout
 // set with a million peers, keeps 1,024 of them in use from reader
 // goroutines, and lets the others go idle: a sweep walks the million and
-// removes all but the 1,024 while the readers go on. That they are not
-// stopped is shown without a clock. The sweep's goroutine hashes each key
-// it removes (InvalidateState hashes before it removes, and nothing else
-// hashes an idle key then), so Config.Hash, at every 256th idle key it
-// hashes, records the readers' hits so far, by the id of the goroutine
-// (a sweep runs on a timer goroutine of its own); the hits must have grown
-// over each quarter of the largest sweep (a sweep that stopped the readers
-// once it had aged their peers, which then miss the hit path once, would
-// show a quarter without hits). Every read is a hit of the right value, and
-// every idle peer is released. Under the race detector it uses 100,000
-// peers, unless -long is set.
+// removes all but the 1,024 while the readers go on.
+//
+// Nothing in it depends on how fast the machine is. IdleTimeout is an hour,
+// so its timer never fires during the test, and the test runs the sweeps
+// itself (SweepNow). Before each sweep it waits until every reader has made
+// two whole passes over the hot peers since the last one, so each hot peer
+// is used between any two sweeps, whatever their durations: the first
+// IdleSteps sweeps must remove nothing, and the next exactly the idle peers.
+// That a sweep does not stop the readers is shown without a clock: the
+// sweep hashes each key it removes (InvalidateState hashes before it
+// removes), and Config.Hash, a quarter, a half and three quarters of the way
+// through the idle peers, waits until every reader has made two more passes.
+// A sweep that stopped the readers would wait for ever; the wait's limit
+// only detects such a hang. Every read is a hit of the right value, and
+// every value created is released exactly once: the idle ones by the sweep,
+// the hot ones by Close. Under the race detector it uses 100,000 peers,
+// unless -long is set.
 func TestMillionPeersSweepWithoutStoppingReaders(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a million peers: skipped with -short")
@@ -242,17 +257,19 @@ func TestMillionPeersSweepWithoutStoppingReaders(t *testing.T) {
 	if raceEnabled && !*long {
 		n = 100_000
 	}
-	const hot, idle = 1024, 2 * time.Second
+	const hot = 1024
 	eps := peers(n)
+	passes := make([]atomic.Int64, max(1, runtime.GOMAXPROCS(0)-1)) // each reader's passes over the hot peers
 	var (
-		hits, bad, created, released atomic.Int64
-		sweeping                     atomic.Bool  // the fills are over: only a removal hashes an idle peer
-		hashed                       atomic.Int64 // idle peers hashed since
-		mu                           sync.Mutex
-		sweeps                       = map[string][]int64{} // the hits each sample saw, by the id of the goroutine that hashed
+		bad, created, released atomic.Int64
+		hashed                 atomic.Int64 // idle peers hashed: once the fill is over, only a removal hashes one
+		filled                 atomic.Bool
+		paused                 atomic.Int32 // the waits inside the sweep that the readers answered
+		stalled                atomic.Bool  // a wait inside the sweep that they did not
 	)
+	quarter := int64(n-hot) / 4
 	c, err := epcache.New(epcache.Config[int, *endpoint]{
-		IdleTimeout: idle,
+		IdleTimeout: time.Hour, // never passes during the test: SweepNow runs the sweeps
 		Create: func(_ context.Context, k int) (*endpoint, error) {
 			created.Add(1)
 			return &eps[k], nil
@@ -264,11 +281,14 @@ func TestMillionPeersSweepWithoutStoppingReaders(t *testing.T) {
 			released.Add(1)
 		},
 		Hash: func(k int) uint64 {
-			if k >= hot && sweeping.Load() && hashed.Add(1)%256 == 0 {
-				id, h := goroutineID(), hits.Load()
-				mu.Lock()
-				sweeps[id] = append(sweeps[id], h)
-				mu.Unlock()
+			if k >= hot && filled.Load() {
+				if i := hashed.Add(1); i%quarter == 0 && i < 4*quarter {
+					if waitForPasses(passes, 2) {
+						paused.Add(1)
+					} else {
+						stalled.Store(true)
+					}
+				}
 			}
 			return uint64(k) // the cache mixes it with its seed
 		},
@@ -276,81 +296,74 @@ func TestMillionPeersSweepWithoutStoppingReaders(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	ctx := context.Background()
-	fill := func() {
-		for k := range n {
-			if _, err := c.Get(ctx, k); err != nil {
-				t.Fatal(err)
-			}
+	for k := range n {
+		if _, err := c.Get(ctx, k); err != nil {
+			t.Fatal(err)
 		}
 	}
-	fill()
-	fill() // a use of each: any that a slow first pass let go idle is back, young
 	require.Equal(t, n, c.Len())
-	sweeping.Store(true)
+	require.EqualValues(t, n, created.Load(), "one Create per peer")
+	filled.Store(true)
+
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	for r := range max(1, runtime.GOMAXPROCS(0)-1) {
+	for r := range passes {
 		wg.Go(func() {
-			for i := r; !stop.Load(); i++ {
+			for i := 0; !stop.Load(); i++ {
 				k := i % hot
 				if v, err := c.Get(ctx, k); err != nil || v != &eps[k] {
 					bad.Add(1)
 				}
-				hits.Add(1)
+				if k == hot-1 {
+					passes[r].Add(1)
+				}
 			}
 		})
 	}
-	// The idle peers go after IdleTimeout to 5/4 of it; the test waits for
-	// their removal, however long a loaded machine takes (but not for ever).
-	for i := 0; c.Len() > hot; i++ {
-		if i == 800 {
-			t.Fatalf("the idle peers are not removed after 100 IdleTimeouts: %+v", c.Stats())
+	for sweep := 1; sweep <= shard.IdleSteps+1; sweep++ {
+		require.True(t, waitForPasses(passes, 2), "the readers made no progress before sweep %d", sweep)
+		epcache.SweepNow(c)
+		want := n
+		if sweep == shard.IdleSteps+1 {
+			want = hot // the idle peers have now stayed unused through IdleSteps sweeps
 		}
-		time.Sleep(idle / 8)
+		require.Equal(t, want, c.Len(), "peers held after sweep %d", sweep)
 	}
 	stop.Store(true)
 	wg.Wait()
-	st := c.Stats()
+	assert.False(t, stalled.Load(), "the readers made no progress while the sweep was under way")
+	assert.EqualValues(t, 3, paused.Load(), "the sweep waited for the readers at each quarter of the idle peers")
 	for k := range hot {
 		_, ok := c.Load(k)
 		assert.True(t, ok, "peer %d, in use, was removed", k)
 	}
-	assert.GreaterOrEqual(t, st.IdleRemovals, uint64(n-hot))
+	st := c.Stats()
+	assert.EqualValues(t, n-hot, st.IdleRemovals)
 	assert.Zero(t, bad.Load(), "reads that missed or returned another value")
-	mu.Lock()
-	defer mu.Unlock()
-	var largest []int64
-	for _, sw := range sweeps {
-		if len(sw) > len(largest) {
-			largest = sw
-		}
-	}
-	require.GreaterOrEqual(t, len(largest), 8, "no sweep removed %d values", 8*256)
-	q := len(largest) / 4
-	var quarters [4]int64
-	for i := range quarters {
-		quarters[i] = largest[min((i+1)*q, len(largest)-1)] - largest[i*q]
-	}
-	t.Logf("%d peers: %d sweeps removed %d; the largest removed about %d values, over whose quarters the readers hit %v times (%d hits in all)",
-		n, len(sweeps), st.IdleRemovals, len(largest)*256, quarters, hits.Load())
-	for i, h := range quarters {
-		assert.Positive(t, h, "the readers made no hit over quarter %d of a sweep that removed %d values", i+1, len(largest)*256)
-	}
 	require.NoError(t, c.Close())
-	// On a loaded machine a fill can take longer than IdleTimeout, so a hot
-	// peer may go idle before the readers reach it and be created again:
-	// the count that must hold is one release per creation, not per peer.
-	assert.GreaterOrEqual(t, created.Load(), int64(n))
-	assert.Equal(t, created.Load(), released.Load(), "every value created released once: the idle ones by the sweeps, the rest by Close")
+	assert.EqualValues(t, n, created.Load(), "no peer was created twice: none in use was removed")
+	assert.EqualValues(t, n, released.Load(), "every value released once: the idle ones by the sweep, the rest by Close")
+	t.Logf("%d peers: one sweep removed %d, waiting for the readers %d times on the way; %d hot peers kept",
+		n, st.IdleRemovals, paused.Load(), hot)
 }
 
-// goroutineID returns the id of the calling goroutine, from the first line
-// of its stack ("goroutine 123 [running]:").
-func goroutineID() string {
-	var buf [64]byte
-	line := string(buf[:runtime.Stack(buf[:], false)])
-	id, _, _ := strings.Cut(strings.TrimPrefix(line, "goroutine "), " ")
-	return id
+// waitForPasses waits until each of the readers' pass counters has grown
+// by k, polling, and reports false if one has not within hang.
+func waitForPasses(passes []atomic.Int64, k int64) bool {
+	from := make([]int64, len(passes))
+	for i := range passes {
+		from[i] = passes[i].Load()
+	}
+	deadline := time.Now().Add(hang)
+	for i := range passes {
+		for passes[i].Load() < from[i]+k {
+			if time.Now().After(deadline) {
+				return false
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return true
 }
 
 // BenchmarkMillionPeers fills a cache with a million peers in a storm and
