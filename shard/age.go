@@ -72,10 +72,9 @@ func (t *Table[K, V]) InvalidateState(s *Slot[K, V], st *State[V]) (v V, ok bool
 	}
 	// A use (Touch) or an Invalidate may take the slot out of evicting
 	// first: then it is theirs.
-	if !s.state.CompareAndSwap(t.evicting, t.dead) {
+	if !t.kill(s, t.evicting, h) {
 		return v, false
 	}
-	t.replace(s, h)
 	return s.value, true
 }
 

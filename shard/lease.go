@@ -61,7 +61,10 @@ type leaseTable struct {
 	// slot (see Slot.Answered): written before the slot is published, read
 	// after it is invalidated, so the state's CAS orders the two.
 	straggler any
-	_         [leaseTablePad]byte
+	// handle is the *Handle[K, V] of the slot, if Track made one: written
+	// before the slot is published, read after it leaves the table.
+	handle any
+	_      [leaseTablePad]byte
 }
 
 // leaseTablePad makes a lease table 128 bytes, an allocation size class
@@ -70,7 +73,7 @@ type leaseTable struct {
 // the same time (a table is made by its value's first lease), shared a
 // line, and leases of two different peers on two Ps wrote it in turn:
 // Acquire and Release on GOMAXPROCS 2 took 35-50 ns against 16.5 on one.
-const leaseTablePad = 128 - 8*leaseTickets - 8 - 8 - 2*unsafe.Sizeof(uintptr(0)) // straggler: two words
+const leaseTablePad = 128 - 8*leaseTickets - 8 - 8 - 4*unsafe.Sizeof(uintptr(0)) // straggler and handle: two words each
 
 // abandoned is the lease table of a slot whose value left the table before
 // its first lease: every ticket is gone.

@@ -324,6 +324,39 @@ func (s *Slot[K, V]) Answered(f *Flight[V]) {
 	s.leaseTable().straggler = f
 }
 
+// Handle refers to a slot for as long as the slot holds its value, and to
+// nothing from the moment the value leaves the table (Invalidate,
+// InvalidateState, Seal). A structure outside the table that must find
+// values again (epcache's eviction clock) holds handles rather than slots,
+// so that it keeps no value reachable once the value has left: a slot
+// holds its value for its whole life.
+type Handle[K comparable, V any] struct {
+	slot atomic.Pointer[Slot[K, V]]
+}
+
+// Slot returns the slot, or nil once its value has left the table.
+func (h *Handle[K, V]) Slot() *Slot[K, V] { return h.slot.Load() }
+
+// Track returns a new handle of s. Call it once, before s's value is
+// published: the value's removal clears the handle. It allocates the
+// handle, and s's lease table if s has none.
+func (s *Slot[K, V]) Track() *Handle[K, V] {
+	h := new(Handle[K, V])
+	h.slot.Store(s)
+	s.leaseTable().handle = h
+	return h
+}
+
+// untrack clears s's handle, if Track made one: s's value has left the
+// table.
+func (s *Slot[K, V]) untrack() {
+	if tb := s.leases.Load(); tb != nil {
+		if h, ok := tb.handle.(*Handle[K, V]); ok {
+			h.slot.Store(nil)
+		}
+	}
+}
+
 // MarkReturned records that the creator of f has returned: a slot Blocked
 // on f may be claimed again. The creator calls it once, before it settles.
 func (f *Flight[V]) MarkReturned() {

@@ -607,12 +607,7 @@ func (t *Table[K, V]) insertSlow(key K, h uint64) *Slot[K, V] {
 	defer sh.mu.Unlock()
 	a := sh.cells.Load()
 	if p := t.probe(a, h, key); p != nil {
-		s := p.Load()
-		if s.state.Load() != t.dead {
-			return s
-		}
-		// An invalidated slot whose Invalidate has not yet replaced it.
-		return t.renew(sh, p, s)
+		return p.Load() // alive: see kill
 	}
 	if uint64(sh.used+1)*maxLoadDen > a.capacity()*maxLoadNum {
 		a = t.rebuild(sh, a)
@@ -666,9 +661,10 @@ func (t *Table[K, V]) Publish(s *Slot[K, V], claim *State[V], v V) bool {
 func (t *Table[K, V]) SetProbation() { t.published = t.aged[0] }
 
 // Invalidate moves a Ready slot to Dead and returns the value it held; the
-// caller now owns that value. The key gets a fresh Empty slot, so the table
-// keeps no reference to the value. ok is false when the slot was not Ready.
-// Only the replacement takes the shard's mutex, after the value has left.
+// caller now owns that value. The key gets a fresh Empty slot (Blocked, if
+// the value answered a creation still running), so the table keeps no
+// reference to the value. ok is false when the slot was not Ready. The
+// change of state and the replacement take the shard's mutex together.
 func (t *Table[K, V]) Invalidate(s *Slot[K, V]) (v V, ok bool) {
 	return t.InvalidateIf(s, nil)
 }
@@ -690,26 +686,45 @@ func (t *Table[K, V]) invalidate(s *Slot[K, V], match func(V) bool) (v V, ok boo
 		if !isValue(st) || (match != nil && !match(s.value)) {
 			return v, false
 		}
-		if s.state.CompareAndSwap(st, t.dead) {
-			v = s.value
-			break
+		if t.kill(s, st, h) {
+			return s.value, true
 		}
 	}
-	t.replace(s, h)
-	return v, true
 }
 
-// replace puts a fresh slot in the place of s, just made Dead, whose key
-// hashes to h: the table keeps no reference to s's value. Only this takes
-// the shard's mutex, after the value has left.
-func (t *Table[K, V]) replace(s *Slot[K, V], h uint64) {
+// kill moves s from st, a state holding its value, to Dead and puts a fresh
+// slot for its key, whose hash is h, in its place: the table keeps no
+// reference to the value. It reports false, changing nothing, if s no
+// longer holds st.
+//
+// Both steps are one, under the shard's mutex, so that no rebuild comes
+// between them: a rebuild leaves Dead slots behind, and the fresh slot is
+// what carries the block of a creation an Offer answered that still runs
+// (Slot.Answered). So every slot in a shard's current array is alive: a
+// slot turns Dead only under the mutex, and leaves the array in the same
+// step (here, or in rebuild).
+func (t *Table[K, V]) kill(s *Slot[K, V], st *State[V], h uint64) bool {
 	sh := t.shardOf(h)
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !s.state.CompareAndSwap(st, t.dead) {
+		return false
+	}
+	s.untrack()
+	if testHookDead != nil {
+		testHookDead(sh)
+	}
+	// A slot holding a value is in the array until it is Dead: rebuilds
+	// keep it, and Seal, which takes the mutex too, would have changed st.
 	if p := t.probe(sh.cells.Load(), h, s.key); p != nil && p.Load() == s {
 		t.renew(sh, p, s)
 	}
-	sh.mu.Unlock()
+	return true
 }
+
+// testHookDead, set only by tests, runs right after kill has made a slot
+// Dead, with the shard's mutex held.
+var testHookDead func(sh any)
 
 // rebuild replaces a full array with one holding its live slots at 5/8
 // load. Slots that hold nothing worth keeping (Empty, or a remembered
@@ -728,9 +743,8 @@ func (t *Table[K, V]) rebuild(sh *shard[K, V], old *array[K, V]) *array[K, V] {
 	a := newArray[K, V](max(minSlots, (live+1)*refillDen/refillNum+1))
 	copied := 0
 	old.each(func(s *Slot[K, V]) bool {
-		// A slot may turn Dead meanwhile (an Invalidate), never back to
-		// life (Seal, the only other writer of a Dead slot, takes the
-		// mutex), so at most live slots are copied: they fit. Groups keep
+		// No slot turns Dead meanwhile (kill takes the mutex) or back to
+		// life, so exactly the live slots are copied: they fit. Groups keep
 		// no hash, so each key is hashed again (Options.Hash, if set, is
 		// called here, with the shard's mutex held).
 		if s.state.Load() != t.dead {
@@ -783,6 +797,10 @@ var ErrSealed = errors.New("shard: table already sealed")
 // with the state it held (the caller releases Ready values). Claims
 // fail from then on. The caller must make sure no creation is in flight, or
 // its Publish will report false. A second Seal returns ErrSealed.
+//
+// The sealed slots then leave the table, which starts afresh with empty
+// arrays (a key looked up later gets a new Sealed slot): a closed table kept
+// by its owner keeps no value reachable.
 func (t *Table[K, V]) Seal(seal func(s *Slot[K, V], old *State[V])) error {
 	type sealed struct {
 		s   *Slot[K, V]
@@ -803,10 +821,13 @@ func (t *Table[K, V]) Seal(seal func(s *Slot[K, V], old *State[V])) error {
 		batch = batch[:0]
 		sh.cells.Load().each(func(s *Slot[K, V]) bool {
 			if old := s.state.Swap(t.sealed); old != nil && old != t.dead {
+				s.untrack()
 				batch = append(batch, sealed{s, old})
 			}
 			return true
 		})
+		sh.cells.Store(newArray[K, V](minSlots))
+		sh.used = 0
 		sh.mu.Unlock()
 		for _, b := range batch {
 			seal(b.s, b.old)

@@ -186,7 +186,8 @@ func TestSeal(t *testing.T) {
 		assert.Equal(t, shard.Ready, seen[k])
 		_, ok := tb.Load(k)
 		assert.False(t, ok)
-		assert.Equal(t, shard.Sealed, tb.Lookup(k).State().Status())
+		assert.Nil(t, tb.Lookup(k), "sealed slots leave the table, and their values with them")
+		assert.Equal(t, shard.Sealed, tb.LoadOrInsert(k).State().Status())
 	}
 	s := tb.LoadOrInsert(5000)
 	assert.Equal(t, shard.Sealed, s.State().Status(), "slots inserted after Seal are born sealed")
