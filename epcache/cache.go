@@ -37,6 +37,8 @@ type Cache[K comparable, V any] struct {
 	timeoutErr error         // the cause of a CreateTimeout
 	closeDone  chan struct{} // closed when the first Close returns
 
+	lastReleases tally // Releases of values' last leases, which Close waits for
+
 	errMu       sync.Mutex
 	releaseErrs []error // panics of Release outside Invalidate, reported by Close
 }
@@ -286,9 +288,7 @@ func (c *Cache[K, V]) leave(s *shard.Slot[K, V], f *shard.Flight[V], claimer, le
 	}
 	if tk, taken := f.ClaimerLeaves(); taken {
 		if last, _ := s.EndLease(tk); last {
-			st := c.stats.of(unsafe.Pointer(s))
-			st.lingering.Add(-1)
-			c.releaseQuietly(st, s.Key(), s.Value())
+			c.releaseLast(s, true)
 		}
 		c.kick()
 	}
@@ -339,6 +339,77 @@ func (c *Cache[K, V]) invalidate(key K, match func(V) bool) bool {
 		st.lingering.Add(1) // released by the end of its last lease
 	}
 	return true
+}
+
+// releaseLast releases s's value, which had left the cache, after its last
+// lease ended: outside any gate, on the goroutine of the call that ended
+// the lease. Close waits for it if Close has not returned yet (see
+// lastReleases). With quiet, a panic (or runtime.Goexit) in Release is
+// recorded for Close to report, as from a creation's goroutine, as long as
+// Close will still read it; once Close has returned, and always without
+// quiet, it propagates to the caller.
+func (c *Cache[K, V]) releaseLast(s *shard.Slot[K, V], quiet bool) {
+	st := c.stats.of(unsafe.Pointer(s))
+	st.lingering.Add(-1)
+	if !c.lastReleases.begin() {
+		c.releaseNow(st, s.Key(), s.Value()) // Close has returned: nobody else would hear of a panic
+		return
+	}
+	defer c.lastReleases.end()
+	if quiet {
+		c.releaseQuietly(st, s.Key(), s.Value())
+	} else {
+		c.releaseNow(st, s.Key(), s.Value())
+	}
+}
+
+// tally counts the Releases that run outside any gate (those of values'
+// last leases), so that Close waits for every one that began before it
+// returns. Such Releases are rare (a removed value's last lease, once per
+// value), so one mutex serves them all.
+type tally struct {
+	mu      sync.Mutex
+	running int
+	idle    chan struct{} // closed when running falls to 0 while Close waits
+	closed  bool          // Close has done waiting: no Release counts any more
+}
+
+// begin counts a Release about to run, unless Close has done waiting
+// (false): the caller then calls end when it returns.
+func (t *tally) begin() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.running++
+	return true
+}
+
+func (t *tally) end() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.running--; t.running == 0 && t.idle != nil {
+		close(t.idle)
+		t.idle = nil
+	}
+}
+
+// wait returns once no counted Release runs, and stops counting: a
+// Release that begins later is not waited for.
+func (t *tally) wait() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for t.running > 0 {
+		if t.idle == nil {
+			t.idle = make(chan struct{})
+		}
+		idle := t.idle
+		t.mu.Unlock()
+		<-idle
+		t.mu.Lock()
+	}
+	t.closed = true
 }
 
 // releaseNow gives up v: it counts the release first, so that a panicking
@@ -473,12 +544,19 @@ func (c *Cache[K, V]) Stats() Stats {
 // Close does not wait for leases (see Acquire): a value a Lease holds is
 // released by the Release of its last lease, on that goroutine, after Close
 // may have returned. Stats.Lingering counts the values still waiting so; one
-// that stays there names a lease that was never released.
+// that stays there names a lease that was never released. But every Release
+// that began before Close returns has returned when it does, a last
+// lease's included: once Close returns, a caller may tear down what Release
+// needs.
 //
 // Close reports the panics of Release calls it could not propagate (those
-// made by Close itself and by creations that finished after their callers
-// were answered), joined, each wrapping a *PanicError; every other value is
-// still released. A second Close waits for the first and returns nil.
+// made by Close itself, by creations that finished after their callers were
+// answered, by evictions and idle removals, and by the end of a lease that a
+// Get or Acquire dropped on its way out), joined, each wrapping a
+// *PanicError; every other value is still released. Once Close has returned,
+// such a panic propagates to the caller whose call ended the value's last
+// lease, as Lease.Release's does. A second Close waits for the first and
+// returns nil.
 func (c *Cache[K, V]) Close() error {
 	if !c.table.Close() { // from here on Get and Load miss, and a miss says ErrClosed
 		<-c.closeDone
@@ -508,6 +586,7 @@ func (c *Cache[K, V]) Close() error {
 	done := make(chan struct{})
 	go c.releaseAll(values, done)
 	<-done
+	c.lastReleases.wait()
 	c.errMu.Lock()
 	defer c.errMu.Unlock()
 	return errors.Join(c.releaseErrs...)

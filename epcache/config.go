@@ -100,24 +100,28 @@ type Config[K comparable, V any] struct {
 	// created, it waits for room until its context ends (an error wrapping
 	// ctx.Err()).
 	//
-	// Waiters for room are served in the order they began to wait. A value
-	// counts from the moment its creation takes room until its Release
-	// returns: values that left the cache but wait for their last lease
-	// count, and so do values whose Release is running. An Offer takes room
-	// only if there is some: it never evicts, and it returns false when the
-	// cache is full. With MaxEntries set, use Acquire rather than Get around
-	// a use of the value: eviction may release a value a Get returned as
-	// soon as the cache needs its room, and never one a Lease holds.
+	// Waiters for room are served in the order they began to wait, except that a
+	// waiter whose own eviction freed a unit of room takes that unit (each waiter
+	// evicts for itself when it can). A value counts from the moment its creation
+	// takes room until its Release returns: values that left the cache but wait
+	// for their last lease count, and so do values whose Release is running. An
+	// Offer takes room only if there is some: it never evicts, and it returns
+	// false when the cache is full. With MaxEntries set, use Acquire rather than
+	// Get around a use of the value: eviction may release a value a Get returned
+	// as soon as the cache needs its room, and never one a Lease holds.
 	//
-	// A Get or Acquire that needs room and evicts a value runs that value's
-	// Release itself, on its own goroutine, since it would wait for it
-	// anyway, and takes the value's room over when Release returns (other
-	// evicted values are released on goroutines of their own). A panic in
-	// that Release is recovered and reported by Close, as from a
-	// creation's goroutine; a runtime.Goexit in it ends the evicting
-	// goroutine, and the key's other callers go on without it. Release may
-	// call Get even then: the room it waits for is not the room its caller
-	// holds.
+	// A Get or Acquire that needs room and evicts a value takes the value's
+	// room over when its Release returns. It runs that Release itself, on
+	// its own goroutine, when its context never ends (it would wait for it
+	// anyway, as it runs Create then); otherwise the Release runs on a
+	// goroutine of its own, so that the Get may leave on its context
+	// meanwhile, and the room then goes to whoever needs it next. Other
+	// evicted values are released on goroutines of their own. A panic in
+	// such a Release is recovered and reported by Close, as from a
+	// creation's goroutine; a runtime.Goexit in it ends the goroutine it
+	// runs on (the evicting Get's, whose key's other callers go on without
+	// it). Release may call Get even then: the room it waits for is not the
+	// room its caller holds.
 	MaxEntries int
 
 	// Shards spreads insertions of new keys over this many independently

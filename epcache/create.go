@@ -164,17 +164,8 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 	}
 	if f.TryResolve() {
 		if err == nil {
-			// Publish cannot fail: Close seals the table only after every
-			// creation has left the gate.
 			s.LeaseFor(f) // an Acquire that claimed: leased before anyone can invalidate
-			c.table.Publish(s, claim, v)
-			st.ready.Add(1)
-			f.Finish(v, nil, time.Time{})
-			c.armSweep()
-			if c.room != nil {
-				c.room.published(s)
-			}
-			c.kick() // a waiter for room may evict it, or another
+			c.publish(s, claim, f, v)
 			return
 		}
 		st.createErrors.Add(1)
@@ -207,6 +198,21 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 	} else {
 		c.putRoom()
 	}
+}
+
+// publish makes v the value of s, which the caller claimed (claim), and
+// answers f's waiters with it. It cannot fail: Close seals the table only
+// after every creation and Offer has left its gate, and the caller is
+// inside one.
+func (c *Cache[K, V]) publish(s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V], v V) {
+	if c.room != nil {
+		c.room.track(s) // before v can leave the cache, which clears the handle
+	}
+	c.table.Publish(s, claim, v)
+	c.stats.of(unsafe.Pointer(s)).ready.Add(1)
+	f.Finish(v, nil, time.Time{})
+	c.armSweep()
+	c.kick() // a waiter for room may evict v, or another
 }
 
 // putRoom gives back the room of a creation that made no value.

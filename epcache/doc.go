@@ -38,6 +38,12 @@
 //   - A value a [Lease] holds ([Cache.Acquire]) is never released before
 //     the lease ends, whatever removed it: Invalidate, Close, eviction or
 //     idle removal.
+//   - Once a value has left the cache (Invalidate, eviction, idle removal,
+//     Close), the cache keeps no reference to it: its Release may be the
+//     last use of it. The exception is a value that answered a creation by
+//     [Cache.Offer], which that creation holds until its Create returns.
+//     What MaxEntries keeps for eviction grows with the values held, not
+//     with the values that came and went.
 //   - With [Config.MaxEntries], values alive (created, not yet released)
 //     plus creations running never exceed it: a creation that needs room
 //     evicts an unleased value (CLOCK, approximately least recently used)

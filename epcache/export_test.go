@@ -32,3 +32,14 @@ func OfferInSteps[K comparable, V any](c *Cache[K, V], key K, v V, inside bool) 
 		return c.offer(s, st, v)
 	}
 }
+
+// ClockLen returns how many entries the eviction clock of a cache with
+// MaxEntries keeps, on the clock and waiting to join it.
+func ClockLen[K comparable, V any](c *Cache[K, V]) int {
+	r := c.room
+	r.handMu.Lock()
+	defer r.handMu.Unlock()
+	r.freshMu.Lock()
+	defer r.freshMu.Unlock()
+	return len(r.hand.slots) + len(r.fresh)
+}

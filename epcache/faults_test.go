@@ -3,6 +3,7 @@ package epcache_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"strings"
@@ -97,7 +98,7 @@ func TestFaultCreateFailsAfterKSuccesses(t *testing.T) {
 						if calls.Add(1) <= k {
 							return l.newConn(key), nil
 						}
-						half := &conn{key: key, gen: -1}
+						half := newConn(key, -1)
 						mu.Lock()
 						dropped = append(dropped, half)
 						mu.Unlock()
@@ -615,14 +616,20 @@ func roomBack(t *testing.T, c *epcache.Cache[int, *conn]) error {
 }
 
 // An eviction's Release runs on the goroutine of the Get that waits for
-// room and evicted the value. One that panics is recovered there: the Get
-// goes on as if it had returned. One that calls runtime.Goexit ends that
-// Get's goroutine (and nothing else: the key's claim is given up, and the
-// next Get of it creates it). Either way the room still comes back, the
-// value counts as released, and Close reports the failure, beside its own.
+// room and evicted the value when that Get's context never ends, and on a
+// goroutine of its own otherwise. One that panics is recovered there: the
+// Get goes on as if it had returned. One that calls runtime.Goexit ends the
+// goroutine it runs on: the Get's (and nothing else: the key's claim is
+// given up, and the next Get of it creates it), or its own (the Get goes
+// on). Either way the room still comes back, the value counts as released,
+// and Close reports the failure, beside its own.
 func TestFaultReleaseFailsInEviction(t *testing.T) {
-	for _, mode := range []string{"panic", "goexit"} {
-		t.Run("release="+mode, func(t *testing.T) {
+	for _, tc := range []struct {
+		mode     string
+		leavable bool // the Gets' context can end
+	}{{"panic", true}, {"goexit", true}, {"panic", false}, {"goexit", false}} {
+		mode := tc.mode
+		t.Run(fmt.Sprintf("release=%s/leavable=%t", mode, tc.leavable), func(t *testing.T) {
 			faultCase(t, func(t *testing.T, hash func(int) uint64) {
 				l := newLedger()
 				var m meter
@@ -639,7 +646,10 @@ func TestFaultReleaseFailsInEviction(t *testing.T) {
 						}
 					}
 				})
-				ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if tc.leavable {
+					ctx, cancel = context.WithTimeout(ctx, time.Hour)
+				}
 				defer cancel()
 				// get calls Get on a goroutine of its own, and reports
 				// whether it returned (not: a runtime.Goexit ended it).
@@ -659,7 +669,7 @@ func TestFaultReleaseFailsInEviction(t *testing.T) {
 					require.NoError(t, err)
 				}
 				returned, err := get(3) // evicts key 1 or 2, and runs its Release
-				if mode == "panic" {
+				if mode == "panic" || tc.leavable {
 					require.True(t, returned, "the panic of the Release its eviction ran reached the Get")
 					require.NoError(t, err, "Get(3): the room of the failed Release never came back")
 				} else {

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+	"weak"
 
 	"github.com/epcache/epcache/epcache"
 	"github.com/stretchr/testify/assert"
@@ -45,6 +48,11 @@ import (
 func FuzzCache(f *testing.F) {
 	f.Add([]byte{0x00, 0, 1, 0, 1, 2, 1, 0, 1, 1, 1})
 	f.Add([]byte{0x05, 5, 0x13, 0, 3, 0, 3, 6, 9, 0, 3, 7, 3, 0, 3})
+	// Extended programs: an Offer answers a creation whose Create runs on,
+	// its value goes while rebuilds come, Close races a last lease's end.
+	f.Add([]byte{0x03, 15, 1, 2, 1, 13, 1, 17, 1, 16, 1, 0, 1, 10, 2, 18, 2, 0, 3})
+	f.Add([]byte{0xf3, 15, 1, 10, 2, 2, 1, 17, 3, 6, 9, 16, 1, 0, 1, 18, 2})
+	f.Add([]byte{0xb3, 0, 1, 0, 2, 2, 1, 15, 3, 2, 3, 0, 4, 2, 2, 17, 4})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) == 0 || len(data) > 401 {
 			return
@@ -77,6 +85,15 @@ const (
 	numFuzzOps
 )
 
+// Operations of extended programs only (fuzzConfig.extended).
+const (
+	opAnswer    = numFuzzOps + iota // a Get whose Create blocks, answered by an Offer: its Create runs on
+	opFinish                        // the key's Create that an Offer answered returns a value, now unwanted
+	opChurn                         // Invalidate the key while other keys come and go, rebuilding the shard
+	opCloseLast                     // end the key's last lease of a value given up, with a Release that blocks, as Close runs
+	numExtOps
+)
+
 // numBaseOps is the number of operations of programs without the lifecycle
 // options.
 const numBaseOps = opGetWait
@@ -100,10 +117,14 @@ const (
 //	bit 7:    lifecycle: the options of bits 4-6, and the operations after opOffer
 //
 // Bits 4-6 mean nothing without bit 7, so that the committed corpus, whose
-// first bytes predate them, keeps its meaning.
+// first bytes predate them, keeps its meaning. Hash variant 3 (bits 0-1 both
+// set), the seeded hash like variant 0, marks an extended program: a cache
+// of one shard, whose operations include those after numFuzzOps.
 type fuzzConfig byte
 
 func (b fuzzConfig) lifecycle() bool { return b&0x80 != 0 }
+
+func (b fuzzConfig) extended() bool { return b&3 == 3 }
 
 func (b fuzzConfig) maxEntries() int {
 	if !b.lifecycle() {
@@ -124,32 +145,32 @@ func (b fuzzConfig) idle() time.Duration {
 // a lease held.
 type releaseTimes struct {
 	mu     sync.Mutex
-	at     map[*conn]time.Time
-	leased []*conn
+	at     map[*record]time.Time // by record, so as not to keep released values reachable
+	leased []*record
 }
 
 func (r *releaseTimes) record(v *conn) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.at[v] = time.Now()
+	r.at[v.record] = time.Now()
 	if v.leases.Load() != 0 {
-		r.leased = append(r.leased, v)
+		r.leased = append(r.leased, v.record)
 	}
 }
 
 func (r *releaseTimes) of(v *conn) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.at[v]
+	return r.at[v.record]
 }
 
 // cacheModel is the sequential specification of a Cache.
 type cacheModel struct {
-	held     map[int]*conn     // ready values
-	failed   map[int]time.Time // remembered failures and the time they expire
-	stale    map[int]*conn     // each key's last value given up
-	fails    map[int]int       // attempts to create the key that will fail, in the model
-	creates  map[int]int       // the same, for the real Create
+	held     map[int]*conn              // ready values
+	failed   map[int]time.Time          // remembered failures and the time they expire
+	stale    map[int]weak.Pointer[conn] // each key's last value given up, held weakly (see reachable)
+	fails    map[int]int                // attempts to create the key that will fail, in the model
+	creates  map[int]int                // the same, for the real Create
 	leases   map[int][]epcache.Lease[int, *conn]
 	leased   map[*conn]int  // leases held on each value
 	given    map[*conn]bool // values given up while leased: released by their last lease
@@ -166,18 +187,39 @@ type cacheModel struct {
 	released   *releaseTimes
 	meter      *meter
 	evicts     bool // the step's creation found the cache full: it evicts a value at its start
+
+	// Extended programs: creations answered by an Offer whose Create runs
+	// on (stragglers, each holding a unit of room until it returns, and
+	// blocking its key's next creation), and Releases made to block.
+	stragglers map[int]straggler // by key
+	gateMu     sync.Mutex
+	gates      map[int]chan struct{} // the gate the key's next Create waits on, if any
+	closing    chan struct{}         // closed just before Close: a Create still waiting returns an error
+	churned    int                   // keys churned so far, from churnKeys up
+	blockOn    atomic.Pointer[conn]  // its Release waits on unblock, set first
+	unblock    chan struct{}
 }
+
+// straggler is a creation an Offer answered, whose Create runs on.
+type straggler struct {
+	gate    chan struct{} // closed to let its Create return
+	offered *record       // the value that answered it, which its flight holds until then
+}
+
+// churnKeys is the first key opChurn uses: above every key of the model.
+const churnKeys = 1 << 20
 
 func runCacheOps(t *testing.T, data []byte) {
 	cfgByte := fuzzConfig(data[0])
 	hash := hashVariants[int(data[0]%4)%len(hashVariants)].hash
 	m := &cacheModel{
-		held: map[int]*conn{}, failed: map[int]time.Time{}, stale: map[int]*conn{},
+		held: map[int]*conn{}, failed: map[int]time.Time{}, stale: map[int]weak.Pointer[conn]{},
 		fails: map[int]int{}, creates: map[int]int{},
 		leases: map[int][]epcache.Lease[int, *conn]{}, leased: map[*conn]int{}, given: map[*conn]bool{},
 		ttl: data[0]&4 != 0, retry: data[0]&8 != 0,
 		maxEntries: cfgByte.maxEntries(), idle: cfgByte.idle(),
-		lastUse: map[*conn]time.Time{}, released: &releaseTimes{at: map[*conn]time.Time{}}, meter: new(meter),
+		lastUse: map[*conn]time.Time{}, released: &releaseTimes{at: map[*record]time.Time{}}, meter: new(meter),
+		stragglers: map[int]straggler{}, gates: map[int]chan struct{}{}, closing: make(chan struct{}),
 	}
 	l := newLedger()
 	m.ledger = l
@@ -186,6 +228,19 @@ func runCacheOps(t *testing.T, data []byte) {
 			m.meter.add()
 			l.enter(key)
 			defer l.leave(key)
+			m.gateMu.Lock()
+			gate := m.gates[key]
+			delete(m.gates, key)
+			m.gateMu.Unlock()
+			if gate != nil { // opAnswer's: it ignores its context, as a dial may
+				select {
+				case <-gate:
+					return l.newConn(key), nil
+				case <-m.closing:
+					m.meter.done()
+					return nil, errFuzz
+				}
+			}
 			if m.creates[key] > 0 { // the Get that started this waits: no race
 				m.creates[key]--
 				m.meter.done()
@@ -194,9 +249,15 @@ func runCacheOps(t *testing.T, data []byte) {
 			return l.newConn(key), nil
 		}
 		cfg.Release = func(key int, v *conn) {
+			if v == m.blockOn.Load() {
+				<-m.unblock
+			}
 			m.released.record(v)
 			l.release(key, v)
 			m.meter.done()
+		}
+		if cfgByte.extended() {
+			cfg.Shards = 1 // every insertion into one shard: rebuilds come often
 		}
 		if m.ttl {
 			cfg.ErrorTTL = fuzzTTL
@@ -209,6 +270,9 @@ func runCacheOps(t *testing.T, data []byte) {
 	ops := byte(numBaseOps)
 	if cfgByte.lifecycle() {
 		ops = byte(numFuzzOps)
+	}
+	if cfgByte.extended() {
+		ops = byte(numExtOps)
 	}
 	data = data[1:]
 	for i := 0; i+1 < len(data); i += 2 {
@@ -224,6 +288,9 @@ func runCacheOps(t *testing.T, data []byte) {
 		if t.Failed() {
 			t.FailNow()
 		}
+	}
+	if cfgByte.extended() && !m.closed {
+		m.checkReachable(t)
 	}
 	m.apply(t, c, opClose, 0, 0, "final Close")
 	m.check(t, c, "final Close")
@@ -251,14 +318,15 @@ var fuzzEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 // MaxEntries.
 func (m *cacheModel) check(t *testing.T, c *epcache.Cache[int, *conn], step string) {
 	if m.maxEntries > 0 {
-		// Between steps no creation runs: the room taken is the values
-		// not yet released, held or lingering.
-		m.expected.Room = m.expected.Live
+		// Between steps the only creations running are the stragglers:
+		// the room taken is theirs and the values not yet released, held
+		// or lingering.
+		m.expected.Room = m.expected.Live + int64(len(m.stragglers))
 		require.LessOrEqual(t, m.used(), m.maxEntries, "%s: the model holds more than MaxEntries", step)
 		assert.LessOrEqual(t, m.meter.peak.Load(), int64(m.maxEntries), "%s: values alive plus creations exceeded MaxEntries", step)
 	}
 	require.Equal(t, m.expected, c.Stats(), "%s: Stats", step)
-	assert.Equal(t, m.expected.Live, m.meter.live.Load(), "%s: values alive by the meter", step)
+	assert.Equal(t, m.expected.Live+int64(len(m.stragglers)), m.meter.live.Load(), "%s: values alive by the meter, and Creates running", step)
 	m.released.mu.Lock()
 	assert.Empty(t, m.released.leased, "%s: values released while a lease held them", step)
 	m.released.mu.Unlock()
@@ -279,7 +347,7 @@ func (m *cacheModel) observe(t *testing.T, start time.Time, step string) {
 		assert.Zero(t, m.leased[v], "%s: %v removed while leased", step, v)
 		delete(m.held, key)
 		delete(m.lastUse, v)
-		m.stale[key] = v
+		m.stale[key] = weak.Make(v)
 		st.Ready--
 		st.Releases++
 		st.Live--
@@ -311,7 +379,15 @@ func (m *cacheModel) used() int {
 	if m.closed {
 		return len(m.given)
 	}
-	return len(m.held) + len(m.given)
+	return len(m.held) + len(m.given) + len(m.stragglers)
+}
+
+// blocked reports whether a Get of key waits for the Create an Offer
+// answered, which still runs, before it may create.
+func (m *cacheModel) blocked(key int) bool {
+	_, held := m.held[key]
+	_, running := m.stragglers[key]
+	return running && !held && !m.closed
 }
 
 // evictable reports whether a held value is free of leases.
@@ -329,7 +405,7 @@ func (m *cacheModel) evictable() bool {
 // whether it evicts a value (or else waits for room until its context
 // ends).
 func (m *cacheModel) needsRoom(key int) (full, evicts bool) {
-	if m.closed || m.maxEntries == 0 {
+	if m.closed || m.maxEntries == 0 || m.blocked(key) {
 		return false, false
 	}
 	if _, ok := m.held[key]; ok {
@@ -389,6 +465,15 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 		if full && !evicts && op == opGet {
 			return // it would wait for room for ever
 		}
+		if m.blocked(key) {
+			if op == opGet {
+				return // it would wait for the straggler for ever
+			}
+			start := time.Now()
+			_, err := c.Get(ctx, key)
+			m.leftBlocked(t, err, start, arg, step)
+			return
+		}
 		start := time.Now()
 		v, err := c.Get(ctx, key)
 		if full {
@@ -437,7 +522,7 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 		case opCompareAndInvalidate:
 			ok = c.CompareAndInvalidate(key, m.held[key])
 		default:
-			ok = c.CompareAndInvalidate(key, m.stale[key])
+			ok = c.CompareAndInvalidate(key, m.stale[key].Value()) // nil, if collected: never held
 		}
 		v, held := m.held[key]
 		want := held && !m.closed && op != opCompareAndInvalidateStale
@@ -445,7 +530,7 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 		if want {
 			delete(m.held, key)
 			delete(m.lastUse, v)
-			m.stale[key] = v
+			m.stale[key] = weak.Make(v)
 			m.giveUp(t, v, step)
 		}
 	case opFailNext:
@@ -470,13 +555,7 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 		assert.Equal(t, want, got, step)
 		assert.Equal(t, len(want), c.Len(), step)
 	case opClose:
-		require.NoError(t, c.Close(), step)
-		if !m.closed {
-			for _, v := range m.held {
-				m.giveUp(t, v, step)
-			}
-		}
-		m.closed = true
+		m.close(t, c, func() { require.NoError(t, c.Close(), step) }, step)
 	case opAcquire, opAcquireWait:
 		ctx, cancel := context.Background(), context.CancelFunc(func() {})
 		if op == opAcquireWait {
@@ -486,6 +565,16 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 		full, evicts := m.needsRoom(key)
 		if full && !evicts && op == opAcquire {
 			return // it would wait for room for ever
+		}
+		if m.blocked(key) {
+			if op == opAcquire {
+				return // it would wait for the straggler for ever
+			}
+			start := time.Now()
+			lease, err := c.Acquire(ctx, key)
+			m.leftBlocked(t, err, start, arg, step)
+			assert.Nil(t, lease.Value(), step)
+			return
 		}
 		start := time.Now()
 		lease, err := c.Acquire(ctx, key)
@@ -525,11 +614,14 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 			return
 		}
 		lease := ls[0]
+		ls[0] = epcache.Lease[int, *conn]{} // the slice must not keep the value reachable
 		m.leases[key] = ls[1:]
 		v := lease.Value()
 		v.leases.Add(-1)
 		lease.Release()
-		m.leased[v]--
+		if m.leased[v]--; m.leased[v] == 0 {
+			delete(m.leased, v) // a map entry must not keep v reachable
+		}
 		if m.held[key] == v {
 			m.lastUse[v] = time.Now() // used until now
 		}
@@ -560,7 +652,199 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 		st.Offers++
 		st.Live++
 		st.Ready++
+	case opAnswer:
+		m.answer(t, c, key, step)
+	case opFinish:
+		s, ok := m.stragglers[key]
+		if !ok {
+			return
+		}
+		close(s.gate)
+		synctest.Wait() // its value is made, and released: nobody wants it
+		delete(m.stragglers, key)
+		st.Creates++
+		st.Releases++
+	case opChurn:
+		m.churn(t, c, key, arg, step)
+	case opCloseLast:
+		m.closeLast(t, c, key, step)
 	}
+}
+
+// answer is opAnswer: a Get of key whose Create blocks, answered by an
+// Offer. The Get gets the offered value at once; the Create runs on
+// (ignoring its context, as a dial may) until opFinish or Close, and until
+// then no other creation of key starts. Only where the key is free: not
+// held, no failure remembered or to come, no straggler, and room for the
+// creation and the offered value.
+func (m *cacheModel) answer(t *testing.T, c *epcache.Cache[int, *conn], key int, step string) {
+	st := &m.expected
+	if m.closed || m.fails[key] > 0 || (m.maxEntries > 0 && m.used()+2 > m.maxEntries) {
+		return
+	}
+	if _, held := m.held[key]; held {
+		return
+	}
+	if _, remembered := m.failed[key]; remembered {
+		return // expired or not, it would make the model's bookkeeping of it differ
+	}
+	if _, running := m.stragglers[key]; running {
+		return
+	}
+	gate := make(chan struct{})
+	m.gateMu.Lock()
+	m.gates[key] = gate
+	m.gateMu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background()) // Create runs on its own goroutine
+	defer cancel()
+	got := make(chan *conn, 1)
+	go func() {
+		v, err := c.Get(ctx, key)
+		assert.NoError(t, err, step)
+		got <- v
+	}()
+	synctest.Wait() // its Create waits at the gate
+	v := m.offered(key)
+	require.True(t, c.Offer(key, v), "%s: an Offer answers a creation in flight", step)
+	assert.Same(t, v, <-got, "%s: the Get that started the creation gets the offered value", step)
+	m.stragglers[key] = straggler{gate, v.record}
+	m.meter.add()
+	m.held[key] = v
+	m.lastUse[v] = time.Now()
+	st.Attempts++
+	st.Offers++
+	st.Live++
+	st.Ready++
+}
+
+// churn is opChurn: key is invalidated while another goroutine offers and
+// invalidates fresh keys of the one shard, whose insertions rebuild its
+// array again and again; each Offer the cache takes (it takes none when
+// it is full) counts as an offer, released at once.
+func (m *cacheModel) churn(t *testing.T, c *epcache.Cache[int, *conn], key, arg int, step string) {
+	st := &m.expected
+	n := 32 + arg%64
+	first := churnKeys + m.churned
+	m.churned += n
+	offered := make(chan int, 1)
+	go func() {
+		taken := 0
+		for k := first; k < first+n; k++ {
+			v := m.ledger.newConn(k)
+			if !c.Offer(k, v) {
+				m.ledger.keepBack(v)
+				continue
+			}
+			m.meter.add()
+			taken++
+			if !c.Invalidate(k) {
+				t.Errorf("%s: churn key %d offered, then not held", step, k)
+			}
+		}
+		offered <- taken
+	}()
+	m.apply(t, c, opInvalidate, key, arg, step)
+	taken := <-offered
+	st.Offers += uint64(taken)
+	st.Releases += uint64(taken)
+}
+
+// closeLast is opCloseLast: the key's oldest lease is made the last of a
+// value given up (invalidated first, if the key holds it), and is ended on
+// a goroutine of its own, with a Release that blocks, while Close runs:
+// Close must not return before that Release has. Only where that lease is
+// its value's only one.
+func (m *cacheModel) closeLast(t *testing.T, c *epcache.Cache[int, *conn], key int, step string) {
+	st := &m.expected
+	ls := m.leases[key]
+	if m.closed || len(ls) == 0 || m.leased[ls[0].Value()] != 1 {
+		return
+	}
+	lease := ls[0]
+	v := lease.Value()
+	if m.held[key] == v {
+		m.apply(t, c, opInvalidate, key, key, step)
+	}
+	ls[0] = epcache.Lease[int, *conn]{} // the slice must not keep the value reachable
+	m.leases[key] = ls[1:]
+	delete(m.leased, v) // its only lease
+	m.unblock = make(chan struct{})
+	m.blockOn.Store(v)
+	ended := make(chan struct{})
+	go func() {
+		v.leases.Add(-1)
+		lease.Release()
+		close(ended)
+	}()
+	synctest.Wait() // its Release has begun, and waits
+	closed := make(chan struct{})
+	m.close(t, c, func() {
+		go func() {
+			assert.NoError(t, c.Close(), step)
+			close(closed)
+		}()
+		synctest.Wait()
+		select {
+		case <-closed:
+			t.Errorf("%s: Close returned while the Release of the last lease, begun before it, ran", step)
+		default:
+		}
+		close(m.unblock)
+		<-closed
+	}, step)
+	<-ended
+	m.blockOn.Store(nil)
+	delete(m.given, v)
+	assert.EqualValues(t, 1, v.released.Load(), "%s: released by its last lease", step)
+	st.Releases++
+	st.Live--
+	st.Lingering--
+}
+
+// checkReachable checks that the cache holds no value it has released:
+// after a full collection, the only released values still reachable are
+// those that answered a creation whose Create still runs (its flight holds
+// the value that answered it). The model holds released values only
+// weakly, and every value through the ledger's records.
+func (m *cacheModel) checkReachable(t *testing.T) {
+	answering := map[*record]bool{}
+	for _, s := range m.stragglers {
+		answering[s.offered] = true
+	}
+	runtime.GC()
+	runtime.GC()
+	m.ledger.mu.Lock()
+	defer m.ledger.mu.Unlock()
+	for _, r := range m.ledger.created {
+		if r.released.Load() > 0 && r.value.Value() != nil && !answering[r] {
+			t.Errorf("%v was released and is still reachable", r)
+		}
+	}
+}
+
+// close runs closeCache, which closes c, and makes the model closed: the
+// stragglers' Creates, which wait for their gates or for this, return an
+// error first, which counts nowhere (their flights were answered).
+func (m *cacheModel) close(t *testing.T, c *epcache.Cache[int, *conn], closeCache func(), step string) {
+	if !m.closed {
+		close(m.closing)
+	}
+	closeCache()
+	if !m.closed {
+		for _, v := range m.held {
+			m.giveUp(t, v, step)
+		}
+		clear(m.stragglers)
+	}
+	m.closed = true
+}
+
+// leftBlocked checks the outcome of a Get or Acquire of a key blocked by a
+// straggler, with a context that ends: it waited until its context ended,
+// and got the context's error.
+func (m *cacheModel) leftBlocked(t *testing.T, err error, start time.Time, arg int, step string) {
+	assert.ErrorIs(t, err, context.DeadlineExceeded, step)
+	assert.Equal(t, time.Duration(2+arg/fuzzKeys%3)*time.Millisecond, time.Since(start), "%s: waited for the straggler until its context ended", step)
 }
 
 // offered makes a value for Offer, the way a transport accepts one.

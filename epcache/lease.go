@@ -3,7 +3,6 @@ package epcache
 import (
 	"context"
 	"fmt"
-	"time"
 	"unsafe"
 
 	"github.com/epcache/epcache/shard"
@@ -65,9 +64,7 @@ func (l Lease[K, V]) release() {
 		panic(fmt.Sprintf("epcache: Lease of key %v released twice", l.s.Key()))
 	}
 	if last {
-		st := l.c.stats.of(unsafe.Pointer(l.s))
-		st.lingering.Add(-1)
-		l.c.releaseNow(st, l.s.Key(), l.s.Value()) // its room comes back
+		l.c.releaseLast(l.s, false) // its room comes back
 		return
 	}
 	if wanted {
@@ -110,9 +107,7 @@ func (c *Cache[K, V]) Acquire(ctx context.Context, key K) (Lease[K, V], error) {
 // handed out, and if the removal counted it, its end releases the value.
 func (c *Cache[K, V]) endStale(s *shard.Slot[K, V], tk shard.Ticket) {
 	if last, _ := s.EndLease(tk); last {
-		st := c.stats.of(unsafe.Pointer(s))
-		st.lingering.Add(-1)
-		c.releaseQuietly(st, s.Key(), s.Value())
+		c.releaseLast(s, true)
 	}
 	c.kick()
 }
@@ -244,16 +239,9 @@ func (c *Cache[K, V]) offer(s *shard.Slot[K, V], st *shard.State[V], v V) (done,
 		// value is released when it returns (settle). Until then, the key
 		// may not be created again, even if v is invalidated (Answered).
 		s.Answered(f)
-		c.table.Publish(s, st, v)
 		stats.offers.Add(1)
-		stats.ready.Add(1)
-		f.Finish(v, nil, time.Time{})
+		c.publish(s, st, f, v)
 		f.Cancel(ErrOffered) // its value is no longer wanted: Create may stop
-		c.armSweep()
-		if c.room != nil {
-			c.room.published(s)
-		}
-		c.kick() // a waiter for room, queued since this Offer took its room, may evict it
 		return true, true
 	}
 	// Empty, a remembered failure, or Blocked (a creation an earlier Offer
@@ -271,14 +259,7 @@ func (c *Cache[K, V]) offer(s *shard.Slot[K, V], st *shard.State[V], v V) (done,
 	if st.Status() == shard.Blocked {
 		s.Answered(st.Flight()) // the block carries over to v's successor
 	}
-	c.table.Publish(s, claim, v)
 	stats.offers.Add(1)
-	stats.ready.Add(1)
-	f.Finish(v, nil, time.Time{})
-	c.armSweep()
-	if c.room != nil {
-		c.room.published(s)
-	}
-	c.kick() // a waiter for room, queued since this Offer took its room, may evict it
+	c.publish(s, claim, f, v)
 	return true, true
 }

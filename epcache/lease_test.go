@@ -58,7 +58,7 @@ func TestLeasesAcrossCompareAndInvalidateAndClose(t *testing.T) {
 	require.NoError(t, err)
 	a, err := c.Acquire(context.Background(), 1)
 	require.NoError(t, err)
-	assert.False(t, c.CompareAndInvalidate(1, &conn{}), "another value")
+	assert.False(t, c.CompareAndInvalidate(1, newConn(0, 0)), "another value")
 	assert.True(t, c.CompareAndInvalidate(1, a.Value()))
 	assert.Zero(t, a.Value().released.Load())
 
@@ -348,6 +348,12 @@ func TestOfferAnswersACreationInFlight(t *testing.T) {
 // Offers race with creations, Acquires, Invalidates and each other, on a
 // few keys: every value, created or offered, is released exactly once and
 // never while leased, and no two Creates of a key overlap (the ledger).
+//
+// Near the end of the storm Close races the ends of leases, whose Releases
+// (of values given up while leased) take a little while: every Release that
+// began before Close was called must have returned before Close returned.
+// Each Release stamps its start and its end from one sequence, which Close's
+// caller stamps just before the call and just after it returns.
 func TestLeaseAndOfferStress(t *testing.T) {
 	const keys, goroutines = 4, 16
 	rounds := 2000
@@ -356,6 +362,13 @@ func TestLeaseAndOfferStress(t *testing.T) {
 	}
 	l := newLedger()
 	var releasedLeased atomic.Int32
+	var (
+		seq              atomic.Int64
+		closeCalled      atomic.Int64 // stamps of Close's call and return, when made
+		closeReturned    atomic.Int64
+		releasesMu       sync.Mutex
+		releaseStartEnds [][2]int64
+	)
 	c, err := epcache.New(epcache.Config[int, *conn]{
 		Create: func(ctx context.Context, k int) (*conn, error) {
 			if k == 0 {
@@ -364,10 +377,18 @@ func TestLeaseAndOfferStress(t *testing.T) {
 			return l.create(ctx, k)
 		},
 		Release: func(k int, v *conn) {
+			start := seq.Add(1)
 			if v.leases.Load() != 0 {
 				releasedLeased.Add(1)
 			}
+			if k%2 == 1 {
+				time.Sleep(50 * time.Microsecond) // closing the endpoint takes a while
+			}
 			l.release(k, v)
+			end := seq.Add(1)
+			releasesMu.Lock()
+			releaseStartEnds = append(releaseStartEnds, [2]int64{start, end})
+			releasesMu.Unlock()
 		},
 	})
 	require.NoError(t, err)
@@ -416,7 +437,9 @@ func TestLeaseAndOfferStress(t *testing.T) {
 				}
 				cancel()
 				if g == 0 && i == rounds*9/10 {
+					closeCalled.Store(seq.Add(1))
 					assert.NoError(t, c.Close()) // near the end of the storm
+					closeReturned.Store(seq.Add(1))
 				}
 			}
 		})
@@ -426,6 +449,13 @@ func TestLeaseAndOfferStress(t *testing.T) {
 	l.checkClosed(t, c)
 	assert.Zero(t, releasedLeased.Load(), "values released while leased")
 	assert.Zero(t, c.Stats().Lingering)
+	lingered := 0
+	for _, se := range releaseStartEnds {
+		if se[0] < closeCalled.Load() && se[1] > closeReturned.Load() {
+			lingered++
+		}
+	}
+	assert.Zero(t, lingered, "Releases that began before Close was called and returned after Close did")
 }
 
 // An Offer that answers a creation cancels the creation's context, with
@@ -642,4 +672,71 @@ func eachCreateGoroutine(t *testing.T, body func(t *testing.T, l *ledger, g *gat
 			})
 		})
 	}
+}
+
+// An Offer answers a creation whose Create runs on, the offered value is
+// invalidated and the key asked for again, while other goroutines insert
+// keys into the same shard so that its array is rebuilt again and again:
+// the key's next creation must wait for the first Create to return,
+// whatever rebuild comes between the invalidation's steps. The ledger
+// counts the Creates of a key in flight at once.
+func TestOfferAnsweredCreationsAcrossRebuilds(t *testing.T) {
+	rounds := 300
+	if testing.Short() {
+		rounds = 30
+	}
+	l := newLedger()
+	started, proceed := make(chan struct{}, 2), make(chan struct{})
+	c := newCache(t, l, nil, func(cfg *epcache.Config[int, *conn]) {
+		cfg.Shards = 1
+		cfg.Create = func(ctx context.Context, k int) (*conn, error) {
+			if k != 0 {
+				return l.create(ctx, k)
+			}
+			l.enter(k)
+			defer l.leave(k)
+			started <- struct{}{}
+			<-proceed // ignores ctx, as a dial may
+			return l.newConn(k), nil
+		}
+	})
+	bg := context.Background()
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Go(func() {
+			// New keys: each insertion may rebuild the shard, which
+			// drops the Empty slots the Invalidates leave behind.
+			for i := 1; !stop.Load(); i++ {
+				k := g<<40 | i
+				if _, err := c.Get(bg, k); err != nil {
+					panic(err)
+				}
+				c.Invalidate(k)
+			}
+		})
+	}
+	for range rounds {
+		ctx, cancel := context.WithCancel(bg) // Create(0) runs on its own goroutine
+		first := goGet(c, ctx, 0)
+		<-started
+		offered := l.newConn(0)
+		require.True(t, c.Offer(0, offered))
+		require.Same(t, offered, (<-first).c)
+		require.True(t, c.Invalidate(0))
+		next := goGet(c, bg, 0) // waits for the first Create to return
+		proceed <- struct{}{}   // it returns a value nobody wants
+		<-started               // only now does the next one start
+		proceed <- struct{}{}
+		r := <-next
+		require.NoError(t, r.err)
+		require.True(t, c.Invalidate(0))
+		cancel()
+		if l.maxInflightOf() > 1 {
+			break
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	require.Equal(t, 1, l.maxInflightOf(), "a second Create of key 0 started while the first one ran")
 }

@@ -389,10 +389,13 @@ func TestLifecycleHitAllocatesNothing(t *testing.T) {
 // released while leased, every value is released exactly once, and all
 // the room comes back.
 //
-// The storm goes on past its rounds until it has evicted, waited for room
-// and removed an idle value at least once each, so that it tests all three
+// It runs two storms on one cache. After the first, once every goroutine
+// has returned, no value the cache released may still be reachable from it
+// (the test holds none: the ledger keeps records, not values). The second
+// goes on past its rounds until the cache has evicted, waited for room and
+// removed an idle value at least once each, so that it tests all three
 // however the machine's speed divides the work between eviction and the
-// idle timeout; then goroutine 0 closes the cache while the others go on.
+// idle timeout; goroutine 0 then closes the cache while the others go on.
 func TestLifecycleStress(t *testing.T) {
 	const keys, goroutines, maxEntries = 24, 16, 5
 	rounds := 1500
@@ -440,62 +443,80 @@ func TestLifecycleStress(t *testing.T) {
 		st := c.Stats()
 		return st.Evictions > 0 && st.RoomWaits > 0 && st.IdleRemovals > 0
 	}
-	var wg sync.WaitGroup
-	for g := range goroutines {
-		wg.Go(func() {
-			closeAt := -1 // goroutine 0's round that closes the cache
-			for i := 0; i < rounds || !closed.Load() || g == 0 && i < closeAt+rounds/10; i++ {
-				k := (g*7 + i*i) % keys
-				ctx, cancel := context.Background(), context.CancelFunc(func() {})
-				if g%2 == 1 {
-					ctx, cancel = context.WithTimeout(ctx, time.Duration(i%50)*time.Microsecond)
-				}
-				switch i % 6 {
-				case 0, 1, 2:
-					a, err := c.Acquire(ctx, k)
-					if err != nil {
-						cancel()
-						if errors.Is(err, epcache.ErrClosed) {
-							return
-						}
-						continue
+	// storm runs the goroutines for rounds each; with closing, on until
+	// goroutine 0 has closed the cache, which it does once the cache has
+	// been exercised (or after hang, for the assertions below to fail).
+	storm := func(rounds int, closing bool) {
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Go(func() {
+				closeAt := -1 // goroutine 0's round that closed the cache
+				for i := 0; i < rounds || closing && (!closed.Load() || g == 0 && i < closeAt+rounds/10); i++ {
+					k := (g*7 + i*i) % keys
+					ctx, cancel := context.Background(), context.CancelFunc(func() {})
+					if g%2 == 1 {
+						ctx, cancel = context.WithTimeout(ctx, time.Duration(i%50)*time.Microsecond)
 					}
-					v := a.Value()
-					v.leases.Add(1)
-					time.Sleep(time.Duration(i%3) * time.Microsecond)
-					v.leases.Add(-1)
-					a.Release()
-				case 3:
-					// An offered value is counted once Offer returns
-					// true (or its Release begins, if sooner): from the
-					// moment Offer stores it until then, it is alive and
-					// not counted, so the peak may be under-counted by
-					// the offers that are at that point. Counting it
-					// before the call instead would count the refused
-					// offers too, and fail a cache that is right.
-					v := l.newConn(k)
-					if c.Offer(k, v) {
-						if v.metered.CompareAndSwap(false, true) {
-							m.add()
+					switch i % 6 {
+					case 0, 1, 2:
+						a, err := c.Acquire(ctx, k)
+						if err != nil {
+							cancel()
+							if errors.Is(err, epcache.ErrClosed) {
+								return
+							}
+							continue
 						}
-					} else {
-						l.keepBack(v)
+						v := a.Value()
+						v.leases.Add(1)
+						time.Sleep(time.Duration(i%3) * time.Microsecond)
+						v.leases.Add(-1)
+						a.Release()
+					case 3:
+						// An offered value is counted once Offer returns
+						// true (or its Release begins, if sooner): from the
+						// moment Offer stores it until then, it is alive and
+						// not counted, so the peak may be under-counted by
+						// the offers that are at that point. Counting it
+						// before the call instead would count the refused
+						// offers too, and fail a cache that is right.
+						v := l.newConn(k)
+						if c.Offer(k, v) {
+							if v.metered.CompareAndSwap(false, true) {
+								m.add()
+							}
+						} else {
+							l.keepBack(v)
+						}
+					case 4:
+						c.Invalidate(k)
+					default:
+						_, _ = c.Get(ctx, k)
 					}
-				case 4:
-					c.Invalidate(k)
-				default:
-					_, _ = c.Get(ctx, k)
+					cancel()
+					if closing && g == 0 && closeAt < 0 && i >= rounds*9/10 && (exercised() || time.Since(start) > hang) {
+						closeAt = i
+						assert.NoError(t, c.Close()) // not require: this is not the test's goroutine
+						closed.Store(true)
+					}
 				}
-				cancel()
-				if g == 0 && closeAt < 0 && i >= rounds*9/10 && (exercised() || time.Since(start) > hang) {
-					closeAt = i
-					assert.NoError(t, c.Close()) // not require: this is not the test's goroutine
-					closed.Store(true)
-				}
-			}
-		})
+			})
+		}
+		wg.Wait()
 	}
-	wg.Wait()
+
+	storm(rounds/2, false)
+	// Idle removals and evictions release on goroutines of their own: wait
+	// until every value given up has been released.
+	for deadline := time.Now().Add(hang); ; time.Sleep(time.Millisecond) {
+		if st := c.Stats(); int64(st.Creates+st.Offers-st.Releases) == st.Ready+st.Lingering {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "values given up and never released: %+v", c.Stats())
+	}
+	assert.Zero(t, l.reachable(), "released values the cache still holds")
+
+	storm(rounds, true)
 	require.NoError(t, c.Close())
 	l.checkClosed(t, c)
 	st := c.Stats()

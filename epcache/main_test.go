@@ -3,10 +3,12 @@ package epcache_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/epcache/epcache/epcache"
 	"go.uber.org/goleak"
@@ -43,16 +45,31 @@ func eachHash(t *testing.T, test func(t *testing.T, hash func(int) uint64)) {
 }
 
 // conn stands for an endpoint: a distinct pointer per creation, which knows
-// whether it was released, and how often.
+// whether it was released, and how often. What the ledger checks lives in
+// its record, which the ledger keeps: a ledger holds no conn, so that a
+// test can find out whether the cache still holds one (ledger.reachable).
 type conn struct {
+	*record
+	leases  atomic.Int32 // leases a test holds on it (tests that count them)
+	metered atomic.Bool  // counted in a meter (TestLifecycleStress)
+}
+
+// record is what a ledger keeps of a conn.
+type record struct {
 	key      int
 	gen      int64
 	released atomic.Int32
-	leases   atomic.Int32 // leases a test holds on it (tests that count them)
-	metered  atomic.Bool  // counted in a meter (TestLifecycleStress)
+	value    weak.Pointer[conn]
 }
 
-func (c *conn) String() string { return fmt.Sprintf("conn(key=%d gen=%d)", c.key, c.gen) }
+func (r *record) String() string { return fmt.Sprintf("conn(key=%d gen=%d)", r.key, r.gen) }
+
+// newConn returns a conn that no ledger records.
+func newConn(key int, gen int64) *conn {
+	c := &conn{record: &record{key: key, gen: gen}}
+	c.value = weak.Make(c)
+	return c
+}
 
 // ledger records every creation and release made through a cache and checks
 // the exactly-once contract: at most one Create in flight per key, and every
@@ -63,7 +80,7 @@ type ledger struct {
 	mu          sync.Mutex
 	inflight    map[int]int
 	maxInflight int
-	created     []*conn
+	created     []*record
 	calls       map[int]int // Create calls per key
 	keptBack    int         // values made for an Offer the cache refused: released by the caller
 }
@@ -88,9 +105,9 @@ func (l *ledger) leave(key int) {
 }
 
 func (l *ledger) newConn(key int) *conn {
-	c := &conn{key: key, gen: l.gen.Add(1)}
+	c := newConn(key, l.gen.Add(1))
 	l.mu.Lock()
-	l.created = append(l.created, c)
+	l.created = append(l.created, c.record)
 	l.mu.Unlock()
 	return c
 }
@@ -102,6 +119,24 @@ func (l *ledger) keepBack(c *conn) {
 	l.mu.Lock()
 	l.keptBack++
 	l.mu.Unlock()
+}
+
+// reachable returns how many of the values made through l have been
+// released and are still reachable after a full collection: values the
+// cache still holds, since the ledger holds none (the caller must hold
+// none either).
+func (l *ledger) reachable() int {
+	runtime.GC()
+	runtime.GC()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.created {
+		if r.released.Load() > 0 && r.value.Value() != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // maxInflightOf is the most Creates of one key that were ever in flight at once.

@@ -295,7 +295,7 @@ func TestPanickingHashDuringInvalidateLosesNothing(t *testing.T) {
 		var calls atomic.Int32 // armed: calls until the panic
 		var released atomic.Int32
 		c, err := epcache.New(epcache.Config[int, *conn]{
-			Create:  func(_ context.Context, k int) (*conn, error) { return &conn{key: k}, nil },
+			Create:  func(_ context.Context, k int) (*conn, error) { return newConn(k, 0), nil },
 			Release: func(int, *conn) { released.Add(1) },
 			Hash: func(k int) uint64 {
 				if calls.Add(-1) == 0 {

@@ -49,14 +49,15 @@ type room[K comparable, V any] struct {
 	evicted []evicted[K, V]   // values evictOne took, for drainEvicted; guarded by handMu
 	_       [linePair]byte
 
-	// Written by every publish.
+	// Written by every publish. The room holds handles of values, never
+	// slots (see track).
 	freshMu sync.Mutex
-	fresh   []*shard.Slot[K, V] // published since the last eviction, not yet on the clock; guarded by freshMu
+	fresh   []*shard.Handle[K, V] // published, not yet on the clock; guarded by freshMu
 	// recent are the values published last, which every eviction weighs
 	// beside the hand's: a value asked for once (the tail of a Zipf
 	// distribution) goes before the hand comes round to it, as W-TinyLFU's
 	// admission window lets a newcomer go first.
-	recent [recentValues]atomic.Pointer[shard.Slot[K, V]]
+	recent [recentValues]atomic.Pointer[shard.Handle[K, V]]
 	next   atomic.Uint64
 }
 
@@ -69,37 +70,59 @@ const linePair = 128
 // recentValues is how many of the values published last evictions weigh.
 const recentValues = 16
 
-// published records s, whose value was just published: on the clock, and
-// among the recent.
+// freshBatch is how many handles wait in room.fresh before a publication
+// puts them on the clock itself (if the hand is free; otherwise its holder
+// does). With clock.compact, it bounds what the room keeps of values that
+// have left the cache: handles, which no longer refer to them, at most
+// twice the room taken plus two batches, however many values come and go.
+const freshBatch = 64
+
+// track makes s's value, about to be published, known to eviction: on the
+// clock, and among the recent. The room holds a handle of s (shard.Track),
+// not s: a slot holds its value for its whole life, and a value that left
+// the cache by any way (Invalidate, an idle removal, an eviction) must not
+// stay reachable from the room until the hand comes round to it, which,
+// while the cache is not full, it never does.
 //
-// It does not wait for the hand, which an eviction may hold for a while:
-// the slot joins the clock at the next eviction.
-func (r *room[K, V]) published(s *shard.Slot[K, V]) {
-	r.recent[r.next.Add(1)%recentValues].Store(s)
+// It does not wait for the hand, which an eviction may hold for a while.
+func (r *room[K, V]) track(s *shard.Slot[K, V]) {
+	h := s.Track()
+	r.recent[r.next.Add(1)%recentValues].Store(h)
 	r.freshMu.Lock()
-	r.fresh = append(r.fresh, s)
+	r.fresh = append(r.fresh, h)
+	n := len(r.fresh)
 	r.freshMu.Unlock()
+	if n >= freshBatch && r.handMu.TryLock() {
+		r.joinFresh()
+		r.handMu.Unlock()
+	}
 }
 
-// joinFresh puts the slots published since the last eviction on the
-// clock. The caller holds handMu.
+// joinFresh puts the values published since the clock last took them in on
+// the clock, and compacts the clock. The caller holds handMu.
 func (r *room[K, V]) joinFresh() {
 	r.freshMu.Lock()
-	r.hand.slots = append(r.hand.slots, r.fresh...)
+	for _, h := range r.fresh {
+		if h.Slot() != nil { // not gone already
+			r.hand.slots = append(r.hand.slots, h)
+		}
+	}
 	clear(r.fresh)
 	r.fresh = r.fresh[:0]
 	r.freshMu.Unlock()
+	r.hand.compact(r.used.Load())
 }
 
-// clock is the face of eviction's CLOCK: the slots of the values published
-// under MaxEntries, which the hand walks round and round. It holds the
-// values only, not the table's every slot: a table that has seen many more
-// keys than it holds values (every eviction leaves an empty slot behind,
-// until its shard is rebuilt) made a hand over the table walk ten empty
-// slots for each value. A slot whose value has left the cache is dropped
-// when the hand meets it. Guarded by room.handMu.
+// clock is the face of eviction's CLOCK: the handles of the values
+// published under MaxEntries, which the hand walks round and round. It
+// holds the values only, not the table's every slot: a table that has seen
+// many more keys than it holds values (every eviction leaves an empty slot
+// behind, until its shard is rebuilt) would make a hand over the table
+// walk many empty slots for each value. A handle whose value has left the
+// cache is dropped when the hand meets it, or by compact. Guarded by
+// room.handMu.
 type clock[K comparable, V any] struct {
-	slots []*shard.Slot[K, V]
+	slots []*shard.Handle[K, V]
 	pos   int
 	laps  int // times the hand came back to the start
 }
@@ -112,8 +135,8 @@ func (h *clock[K, V]) next() *shard.Slot[K, V] {
 			h.pos = 0
 			h.laps++
 		}
-		s := h.slots[h.pos]
-		if st := s.State().Status(); st == shard.Dead || st == shard.Sealed {
+		s := h.slots[h.pos].Slot()
+		if s == nil {
 			// Gone for good (a slot holds one value in its life): drop it.
 			last := len(h.slots) - 1
 			h.slots[h.pos], h.slots[last] = h.slots[last], nil
@@ -124,6 +147,29 @@ func (h *clock[K, V]) next() *shard.Slot[K, V] {
 		return s
 	}
 	return nil
+}
+
+// compact drops the handles of values that have left the cache once they
+// may be more than half the clock: live is the room taken, which no fewer
+// handles than values on the clock can be. It keeps the order of the rest
+// and the hand's place among them. Its walk is paid for by the handles
+// added since the last one, at least as many as it drops.
+func (h *clock[K, V]) compact(live int64) {
+	if int64(len(h.slots)) <= 2*live+freshBatch {
+		return
+	}
+	kept, pos := h.slots[:0], 0
+	for i, hd := range h.slots {
+		if hd.Slot() == nil {
+			continue
+		}
+		if i < h.pos {
+			pos++
+		}
+		kept = append(kept, hd)
+	}
+	clear(h.slots[len(kept):])
+	h.slots, h.pos = kept, pos
 }
 
 // candidate is a value the clock hand found unused and unleased.
@@ -260,17 +306,14 @@ var errNoRoomClaimer = fmt.Errorf("epcache: the claimer left while waiting for r
 // A claimer that finds the cache full and nobody in line evicts a value
 // for itself, if it can take the clock hand at once, and does not queue
 // (evictForSelf); otherwise it queues and kicks. A waiter whose kick
-// evicted a value leaves the line, and either way the claimer releases that
-// value itself, on its own goroutine, and takes the value's unit over when
-// Release returns: it would wait for that Release anyway, and handing it
-// to a goroutine of its own cost a goroutine's start and two trips through
-// the scheduler per eviction (15% of the hotset workload's throughput with
-// free creations, 8% with sleep:100us ones). Out of the line, it is handed
-// no unit while Release runs, so a Release that calls Get for a key that
-// needs room waits for one like anybody else's Get, not for its own
-// caller. A panic in Release is recovered and reported by Close; a
-// runtime.Goexit in it ends this goroutine, and the deferred cleanup gives
-// the unit back and the claim up, as a claimer that left would.
+// evicted a value leaves the line, and either way the claimer takes that
+// value's unit over when its Release returns: on the claimer's goroutine
+// if its context never ends (takeOverInline), else on a goroutine of its
+// own, so that the claimer may leave on its context meanwhile
+// (takeOverAside), the rule that places Create. Out of the line, it is
+// handed no unit while Release runs, so a Release that calls Get for a key
+// that needs room waits for one like anybody else's Get, not for its own
+// caller. A panic in Release is recovered and reported by Close.
 func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V], lease bool) (took bool, err error) {
 	r := c.room
 	var w *roomWaiter
@@ -298,38 +341,10 @@ func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], claim *
 		}
 	}
 	if ok {
-		returned := false
-		defer func() {
-			if !returned { // runtime.Goexit in Release
-				r.put()
-				c.noRoom(ctx, s, claim, f, lease, ErrGoexit)
-			}
-		}()
-		c.releaseEvicted(e, true)
-		returned = true
-		// The unit is w's now, unless the wait ended meanwhile as it
-		// would have in line: an Offer answered the claim (its value
-		// is the claimer's at once, and no Create starts), the
-		// context, Close.
-		// (Looked at one by one: f.Done() would make a channel, and a
-		// select of three cost 5% of the hotset's throughput.)
-		if f.Finished() {
-			r.put()
-			return false, nil
+		if ctx.Done() == nil {
+			return c.takeOverInline(ctx, s, claim, f, lease, e)
 		}
-		select {
-		case <-ctx.Done():
-			r.put()
-			return false, c.noRoomError(s, ctx)
-		default:
-		}
-		select {
-		case <-c.closing:
-			r.put()
-			return false, ErrClosed
-		default:
-		}
-		return true, nil
+		return c.takeOverAside(ctx, s, f, e)
 	}
 	select {
 	case <-w.granted:
@@ -339,17 +354,99 @@ func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], claim *
 		return false, nil
 	case <-ctx.Done():
 		r.leave(w)
-		return false, c.noRoomError(s, ctx)
+		why := "every value is leased or being created"
+		if r.evicting.Load() > 0 {
+			why = "the values evicted for the creations in line were still being released"
+		}
+		return false, c.noRoomError(s, ctx, why)
 	case <-c.closing:
 		r.leave(w)
 		return false, ErrClosed
 	}
 }
 
+// takeOverInline releases e, which the claimer evicted for itself, on the
+// claimer's goroutine, and takes its unit over: the claimer's context never
+// ends, so it would wait for that Release anyway, and running it here
+// spares a goroutine and two trips through the scheduler per eviction. A
+// runtime.Goexit in Release ends the claimer's goroutine, which gives the
+// unit back and its claim up on the way, as a claimer that left would.
+func (c *Cache[K, V]) takeOverInline(ctx context.Context, s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V], lease bool, e evicted[K, V]) (took bool, err error) {
+	returned := false
+	defer func() {
+		if !returned { // runtime.Goexit in Release
+			c.room.put()
+			c.noRoom(ctx, s, claim, f, lease, ErrGoexit)
+		}
+	}()
+	c.releaseEvicted(e, true)
+	returned = true
+	return c.tookOver(ctx, s, f)
+}
+
+// takeOverAside is takeOverInline for a claimer whose context may end:
+// e's Release runs on a goroutine of its own, and the claimer waits for it,
+// for its context, for Close or for an Offer that answers its claim,
+// whichever comes first, as it would in line. If it leaves first, e's
+// unit goes to the line when Release returns.
+func (c *Cache[K, V]) takeOverAside(ctx context.Context, s *shard.Slot[K, V], f *shard.Flight[V], e evicted[K, V]) (took bool, err error) {
+	r := c.room
+	var settled atomic.Bool // set by the first of the Release's return and the claimer's leaving
+	released := make(chan struct{})
+	go func() {
+		defer func() { // also after a runtime.Goexit in Release
+			if !settled.CompareAndSwap(false, true) {
+				r.put() // the claimer has left: the unit goes to the first in line
+			}
+			close(released)
+		}()
+		c.releaseEvicted(e, true)
+	}()
+	select {
+	case <-released:
+		return c.tookOver(ctx, s, f)
+	case <-f.Done():
+	case <-ctx.Done():
+		err = c.noRoomError(s, ctx, fmt.Sprintf("the Release of key %v, evicted for it, had not returned", e.key))
+	case <-c.closing:
+		err = ErrClosed
+	}
+	if !settled.CompareAndSwap(false, true) {
+		<-released // it has returned just now: the unit is the claimer's, which leaves
+		r.put()
+	}
+	return false, err
+}
+
+// tookOver is the end of a claimer's wait once the unit of a value it
+// evicted is its: the unit is its to keep, unless the wait ended meanwhile
+// as it would have in line (an Offer answered the claim, whose value is
+// the claimer's at once and no Create starts; the context; Close).
+func (c *Cache[K, V]) tookOver(ctx context.Context, s *shard.Slot[K, V], f *shard.Flight[V]) (took bool, err error) {
+	// Looked at one by one: f.Done() would make a channel for a check.
+	if f.Finished() {
+		c.room.put()
+		return false, nil
+	}
+	select {
+	case <-ctx.Done():
+		c.room.put()
+		return false, c.noRoomError(s, ctx, "the wait ended as the value evicted for it was released")
+	default:
+	}
+	select {
+	case <-c.closing:
+		c.room.put()
+		return false, ErrClosed
+	default:
+	}
+	return true, nil
+}
+
 // noRoomError counts a wait for room that ctx ended, and says why.
-func (c *Cache[K, V]) noRoomError(s *shard.Slot[K, V], ctx context.Context) error {
+func (c *Cache[K, V]) noRoomError(s *shard.Slot[K, V], ctx context.Context, why string) error {
 	c.stats.of(unsafe.Pointer(s)).cancels.Add(1)
-	return fmt.Errorf("epcache: no room for key %v within MaxEntries %d: every value is leased or being created (waiting for room: %w)", s.Key(), c.room.max, ctx.Err())
+	return fmt.Errorf("epcache: no room for key %v within MaxEntries %d: %s (waiting for room: %w)", s.Key(), c.room.max, why, ctx.Err())
 }
 
 // evictForSelf evicts a value for a creation that is not in line, if it
@@ -568,7 +665,11 @@ func (c *Cache[K, V]) evictWhileShort() {
 func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) bool {
 	r := c.room
 	for i := range r.recent {
-		s := r.recent[i].Load()
+		hd := r.recent[i].Load()
+		if hd == nil {
+			continue
+		}
+		s := hd.Slot()
 		if s == nil {
 			continue
 		}
@@ -619,6 +720,16 @@ func (c *Cache[K, V]) remove(s *shard.Slot[K, V], st *shard.State[V], evicting b
 	v, ok := c.table.InvalidateState(s, st)
 	if !ok {
 		p.gate.exit()
+		if !evicting && c.room != nil && c.room.short() {
+			// An idle removal that a lease stopped held the value in a
+			// state in which a walking hand passes it over, neither a
+			// candidate nor wanted: tell a waiter for room of it now, or
+			// by the lease's end.
+			if s.Leased() > 0 {
+				s.Want()
+			}
+			c.kick()
+		}
 		return false
 	}
 	p.ready.Add(-1)
