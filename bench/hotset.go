@@ -76,11 +76,16 @@ func hotset[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 			}
 			warmed.Done()
 			<-measure
-			for i := warm; !stop.Load(); i++ {
+			// One operation at least before the first look at stop, as
+			// in steady: a run always measures something.
+			for i := warm; ; i++ {
 				t0 := time.Now()
 				op(i)
 				t.hist.RecordValue(int64(time.Since(t0)))
 				t.ops++
+				if stop.Load() {
+					break
+				}
 			}
 			tallies[g] = t
 		})

@@ -22,36 +22,60 @@ func hotsetSpec(impl string) bench.Spec {
 
 // epcache under a cap: never more endpoints live than the cap, creations
 // in flight included, none released under a lease, none leaked. Structure
-// only: what the hit ratio and the speed are is the benchmark's business.
+// only: the speed is the benchmark's business.
+//
+// The hit ratio is judged over hotsetMinOps measured operations at least. A
+// run measures for its duration, and a slow or busy machine makes fewer
+// operations in it (about 2,300 under -race on an idle 2-core machine, half
+// that with two busy loops beside it): the test runs the spec again, with
+// the next seed, until its runs together have made that many, and takes
+// the ratio of them all.
 func TestHotsetEpcacheStaysWithinCap(t *testing.T) {
 	for _, impl := range []string{"epcache", "epcache-idle"} {
 		for _, ctx := range []string{"background", "cancel"} {
 			t.Run(impl+"/"+ctx, func(t *testing.T) {
 				s := hotsetSpec(impl)
 				s.Ctx = ctx
-				r, err := bench.Run(context.Background(), s)
-				require.NoError(t, err)
-				assert.Empty(t, r.Failure)
-				assert.Positive(t, r.Ops)
-				assert.Positive(t, r.Creates)
-				assert.LessOrEqual(t, r.PeakLive, int64(s.Cap), "peak live, creations included, within the cap")
-				assert.LessOrEqual(t, r.Overshoot(), int64(0))
-				assert.Zero(t, r.ReleasedInUse, "released under a lease")
-				assert.Zero(t, r.Leaked)
-				assert.Zero(t, r.DoubleReleases)
-				assert.Zero(t, r.Errors)
-				assert.LessOrEqual(t, r.Overlap, 1, "one creation of a peer at a time")
-				assert.Less(t, r.HitRatio, 1.0, "a peer beyond the cap is created on every return")
+				var ops, created uint64
+				for ops < hotsetMinOps {
+					r, err := bench.Run(context.Background(), s)
+					require.NoError(t, err)
+					assert.Empty(t, r.Failure)
+					// Each goroutine measures one operation at least, so
+					// that this loop ends however slow the machine.
+					require.GreaterOrEqual(t, r.Ops, uint64(s.Goroutines))
+					assert.Positive(t, r.Creates)
+					assert.LessOrEqual(t, r.PeakLive, int64(s.Cap), "peak live, creations included, within the cap")
+					assert.LessOrEqual(t, r.Overshoot(), int64(0))
+					assert.Zero(t, r.ReleasedInUse, "released under a lease")
+					assert.Zero(t, r.Leaked)
+					assert.Zero(t, r.DoubleReleases)
+					assert.Zero(t, r.Errors)
+					assert.LessOrEqual(t, r.Overlap, 1, "one creation of a peer at a time")
+					ops += r.Ops
+					created += uint64(math.Round((1 - r.HitRatio) * float64(r.Ops)))
+					s.Seed++
+				}
+				hitRatio := 1 - float64(created)/float64(ops)
+				t.Logf("hit ratio %.3f over %d operations in %d runs", hitRatio, ops, s.Seed-hotsetSpec(impl).Seed)
+				assert.Less(t, hitRatio, 1.0, "a peer beyond the cap is created on every return")
 				if impl == "epcache" {
 					// epcache-idle's floor would depend on speed: on a
 					// slow machine more values sit idle for 10 ms.
 					floor := 0.8 * zipfTopMass(s.Zipf, s.Peers, s.Cap)
-					assert.GreaterOrEqual(t, r.HitRatio, floor, "eviction keeps the hot set")
+					assert.GreaterOrEqual(t, hitRatio, floor, "eviction keeps the hot set")
 				}
 			})
 		}
 	}
 }
+
+// hotsetMinOps is how many measured operations the hit ratio of
+// TestHotsetEpcacheStaysWithinCap is taken over: its standard error is
+// then about 0.011, an eighth of the distance from the 0.61 epcache keeps
+// to the floor, 0.518; over a few dozen operations the ratio is the luck
+// of the draw.
+const hotsetMinOps = 2000
 
 // zipfTopMass is the share of a Zipf workload's accesses that go to its
 // cap hottest peers: the hit ratio of a cache that held exactly those. At

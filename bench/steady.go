@@ -82,8 +82,11 @@ func steady[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 			}
 			ready.Done()
 			<-start
+			// At least one round of 256 before the first look at stop:
+			// a goroutine the scheduler starts late, on a busy machine,
+			// still measures, so that a run never reports no operations.
 			i := 0
-			for !stop.Load() {
+			for {
 				for range 256 {
 					p := seq[i&(seqLen-1)]
 					i++
@@ -138,6 +141,9 @@ func steady[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 					}
 				}
 				t.ops += 256
+				if stop.Load() {
+					break
+				}
 			}
 			tallies[g] = t
 		})

@@ -19,6 +19,9 @@ import (
 // shown without a clock by TestReadersDoNotLock (a Load completes while the
 // shard's mutex is held); the times are logged, never asserted, since a
 // descheduled reader on a busy 2-core machine would make any bound flaky.
+// Halfway through, the writer waits until every reader has made a Load
+// since it got there: each reader reads the grown table however late the
+// scheduler starts it, and goes on reading while the writer grows it more.
 //
 // Under the race detector it adds 100,000 keys: the detector frees the
 // shadow of each replaced array in one long call that cannot be preempted.
@@ -42,18 +45,21 @@ func growTableWhileReading(t *testing.T, writes int) {
 	for k := range present {
 		publish(t, tb, k, k)
 	}
-	var stop atomic.Bool
-	var wg sync.WaitGroup
+	var stop, halfway atomic.Bool
+	var wg, readHalfway sync.WaitGroup
 	type readerStats struct {
 		reads, misses int
 		worst         time.Duration
 	}
 	readers := make([]readerStats, max(1, runtime.GOMAXPROCS(0)-1))
+	readHalfway.Add(len(readers))
 	for i := range readers {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(i), 10))
 			rs := &readers[i]
+			waiting := true // the writer waits for a Load of ours begun halfway
 			for !stop.Load() {
+				begunHalfway := halfway.Load()
 				k := r.IntN(present)
 				t0 := time.Now()
 				v, ok := tb.Load(k)
@@ -63,11 +69,19 @@ func growTableWhileReading(t *testing.T, writes int) {
 				if !ok || v != k {
 					rs.misses++
 				}
+				if waiting && begunHalfway {
+					waiting = false
+					readHalfway.Done()
+				}
 			}
 		})
 	}
 	start := time.Now()
 	for k := present; k < present+writes; k++ {
+		if k == present+writes/2 {
+			halfway.Store(true)
+			readHalfway.Wait()
+		}
 		t0 := time.Now()
 		s := tb.LoadOrInsert(k)
 		slowestWrite = max(slowestWrite, time.Since(t0))
