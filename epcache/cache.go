@@ -126,97 +126,130 @@ func (c *Cache[K, V]) obtain(ctx context.Context, key K, lease bool) (v V, l Lea
 				return v, l, err // nobody to create or wait for
 			}
 		}
+		again := false
 		switch status {
 		case shard.Ready:
-			if c.table.Closed() {
-				return v, l, ErrClosed
-			}
-			// A value the clock hand or an idle sweep aged misses the hit
-			// path once: this use makes it young again.
-			if !c.table.Touch(s, st) {
-				continue // evicted or removed meanwhile
-			}
-			if lease {
-				var ok bool
-				if l, ok = c.leaseHeld(s); !ok {
-					return v, l, nil // removed meanwhile: the caller looks again
-				}
-			}
-			return s.Value(), l, nil
+			v, l, again, err = c.slowHit(s, st, lease)
 		case shard.Creating:
 			c.stats.of(unsafe.Pointer(s)).waits.Add(1)
 			v, l, err = c.wait(ctx, s, st.Flight(), false, lease)
-			if err == errNoRoomClaimer {
-				continue // its claimer left while waiting for room: claim it
-			}
-			return v, l, err
+			again = err == errNoRoomClaimer // its claimer left while waiting for room: claim it
 		case shard.Failed:
-			f := st.Flight()
-			if _, err := f.Result(); err == errNoRoomClaimer {
-				// A claim whose claimer left the wait for room, seen
-				// between its answer and its settling: the slot is about
-				// to be Empty.
-				runtime.Gosched()
-				continue
+			var expired bool
+			if expired, again, err = c.failure(s, st); expired {
+				v, l, again, err = c.claimAndCreate(ctx, s, st, lease) // create again
 			}
-			// A zero Until marks a timed-out Create still running.
-			if until := f.Until(); until.IsZero() || time.Now().Before(until) {
-				c.stats.of(unsafe.Pointer(s)).errorHits.Add(1)
-				_, err := f.Result()
-				return v, l, err
-			}
-			fallthrough // the failure has expired: create again
 		case shard.Empty:
-			g := &c.stats.of(unsafe.Pointer(s)).gate
-			if !g.enter() {
-				return v, l, ErrClosed
-			}
-			claim, f, ok := s.Claim(st, valuesOf(ctx))
-			if !ok {
-				g.exit()
-				continue // somebody else moved the slot first
-			}
-			if lease {
-				f.WantLease() // leased before it is published: see shard.Flight.WantLease
-			}
-			// Close cancels the creations it finds in the table after it
-			// closed it; this one may have been claimed too late to be found.
-			if c.table.Closed() {
-				f.Cancel(ErrClosed)
-			}
-			if c.room != nil {
-				took, err := c.takeRoom(ctx, s, claim, f, lease)
-				if !took {
-					return c.noRoom(ctx, s, claim, f, lease, err)
-				}
-			}
-			if ctx.Done() == nil && c.timeout <= 0 {
-				// Nothing could answer this caller before Create returns:
-				// not its context, which never ends, nor a CreateTimeout.
-				// It runs Create itself, which spares it a goroutine, a
-				// fresh stack for Create and two trips through the
-				// scheduler.
-				c.run(s, claim, f)
-				return c.outcome(s, f, true, lease)
-			}
-			go c.run(s, claim, f)
-			return c.wait(ctx, s, f, true, lease)
+			v, l, again, err = c.claimAndCreate(ctx, s, st, lease)
 		case shard.Dead:
-			s = c.table.LoadOrInsert(key)
+			s, again = c.table.LoadOrInsert(key), true
 		case shard.Sealed:
-			return v, l, ErrClosed
-		case shard.Blocked:
-			// A creation that an Offer answered still runs: no second one
-			// may start before it returns.
-			select {
-			case <-st.Flight().Done():
-				s.Unblock(st)
-			case <-ctx.Done():
-				return v, l, ctx.Err()
-			case <-c.closing:
-				return v, l, ErrClosed
-			}
+			err = ErrClosed
+		case shard.Straggling:
+			err = c.awaitStraggler(ctx, s, st)
+			again = err == nil
 		}
+		if !again {
+			return v, l, err
+		}
+	}
+}
+
+// slowHit is obtain's answer for a Ready slot that the hit path passed by:
+// a value the clock hand or an idle sweep aged, which this use makes young
+// again, or any value that an Acquire's slow path leases. again: the value
+// left meanwhile; look at the slot again.
+func (c *Cache[K, V]) slowHit(s *shard.Slot[K, V], st *shard.State[V], lease bool) (v V, l Lease[K, V], again bool, err error) {
+	if c.table.Closed() {
+		return v, l, false, ErrClosed
+	}
+	if !c.table.Touch(s, st) {
+		return v, l, true, nil // evicted or removed meanwhile
+	}
+	if lease {
+		var ok bool
+		if l, ok = c.leaseHeld(s); !ok {
+			return v, l, false, nil // removed meanwhile: the caller looks again
+		}
+	}
+	return s.Value(), l, false, nil
+}
+
+// failure is obtain's answer for a Failed slot: the remembered error (or a
+// timed-out creation's, whose Create still runs), or expired (the failure
+// has passed its ErrorTTL: create again), or again (look again).
+func (c *Cache[K, V]) failure(s *shard.Slot[K, V], st *shard.State[V]) (expired, again bool, err error) {
+	f := st.Flight()
+	if _, err := f.Result(); err == errNoRoomClaimer {
+		// A claim whose claimer left the wait for room, seen between its
+		// answer and its settling: the slot is about to be Empty.
+		runtime.Gosched()
+		return false, true, nil
+	}
+	// A zero Until marks a timed-out Create still running.
+	if until := f.Until(); until.IsZero() || time.Now().Before(until) {
+		c.stats.of(unsafe.Pointer(s)).errorHits.Add(1)
+		_, err := f.Result()
+		return false, false, err
+	}
+	return true, false, nil
+}
+
+// claimAndCreate claims s, found in state st (Empty, or an expired failure), and
+// runs its creation: on the caller's goroutine if nothing could answer the
+// caller before Create returns, else on a goroutine of its own, while the
+// caller waits, able to leave. again: another goroutine moved the slot
+// first, or the claim was given up; look again.
+func (c *Cache[K, V]) claimAndCreate(ctx context.Context, s *shard.Slot[K, V], st *shard.State[V], lease bool) (v V, l Lease[K, V], again bool, err error) {
+	g := &c.stats.of(unsafe.Pointer(s)).gate
+	if !g.enter() {
+		return v, l, false, ErrClosed
+	}
+	claim, f, ok := s.Claim(st, valuesOf(ctx))
+	if !ok {
+		g.exit()
+		return v, l, true, nil // somebody else moved the slot first
+	}
+	if lease {
+		f.WantLease() // leased before it is published: see shard.Flight.WantLease
+	}
+	// Close cancels the creations it finds in the table after it closed
+	// it; this one may have been claimed too late to be found.
+	if c.table.Closed() {
+		f.Cancel(ErrClosed)
+	}
+	if c.room != nil {
+		if took, err := c.takeRoom(ctx, s, claim, f, lease); !took {
+			v, l, err = c.noRoom(ctx, s, claim, f, lease, err)
+			return v, l, false, err
+		}
+	}
+	if ctx.Done() == nil && c.timeout <= 0 {
+		// Nothing could answer this caller before Create returns: not
+		// its context, which never ends, nor a CreateTimeout. It runs
+		// Create itself, which spares it a goroutine, a fresh stack for
+		// Create and two trips through the scheduler.
+		c.run(s, claim, f)
+		v, l, err = c.outcome(s, f, true, lease)
+		return v, l, false, err
+	}
+	go c.run(s, claim, f)
+	v, l, err = c.wait(ctx, s, f, true, lease)
+	return v, l, false, err
+}
+
+// awaitStraggler waits for the straggler a Straggling slot s (in state st)
+// waits for: no second creation of the key may start before it returns.
+// A nil error: it has returned, and s is Empty (look again).
+func (c *Cache[K, V]) awaitStraggler(ctx context.Context, s *shard.Slot[K, V], st *shard.State[V]) error {
+	select {
+	case <-st.Flight().Done():
+		s.ClearStraggler(st)
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.closing:
+		return ErrClosed
 	}
 }
 
@@ -231,7 +264,7 @@ func (c *Cache[K, V]) noRoom(ctx context.Context, s *shard.Slot[K, V], claim *sh
 		f.Finish(v, errNoRoomClaimer, time.Time{})
 	}
 	f.Cancel(context.Canceled)
-	f.MarkReturned() // no Create runs: a slot Blocked on this claim may go on
+	f.MarkReturned() // no Create runs: a slot Straggling on this claim may be cleared
 	if err != nil {
 		return v, l, err
 	}
@@ -567,7 +600,7 @@ func (c *Cache[K, V]) Close() error {
 	c.stopSweeps()
 	// Cancel the creations in flight. One claimed after the table was
 	// closed may be missed here, but then its claimer sees the table closed
-	// and cancels it itself (getSlow).
+	// and cancels it itself (obtain).
 	for s := range c.table.All() {
 		if f := s.State().Flight(); f != nil {
 			f.Cancel(ErrClosed)

@@ -18,9 +18,8 @@ type Config[K comparable, V any] struct {
 	// (ctx.Done() returns nil, as for context.Background()) and there is no
 	// CreateTimeout. That Get returns when Create does. Otherwise Create
 	// runs on a goroutine of its own, so that the Get can leave on its
-	// context while the creation goes on for the others; the hop costs about
-	// a microsecond (a goroutine, a stack grown afresh by every dial, two
-	// trips through the scheduler).
+	// context while the creation goes on for the others: a goroutine, its
+	// stack and two trips through the scheduler per creation.
 	//
 	// Its ctx carries the values of the context of the Get that started it
 	// (trace IDs carry over) but not that Get's cancellation. ctx is
@@ -73,9 +72,9 @@ type Config[K comparable, V any] struct {
 	// the failure: a dead peer is not hammered. Then it is forgotten.
 	ErrorTTL time.Duration
 
-	// Hash, if set, replaces the built-in seeded hash (hash/maphash.String
-	// for strings, a multiply-mix for integers, hash/maphash.Comparable for
-	// other keys). The cache mixes its result with a per-cache random seed, so
+	// Hash, if set, replaces the built-in seeded hash (a multiply-mix for
+	// integers; for strings, a wyhash-style hash up to 64 bytes and
+	// hash/maphash.String beyond; hash/maphash.Comparable for other keys). The cache mixes its result with a per-cache random seed, so
 	// it need not spread bits, but equal keys must hash equal. The seed cannot
 	// separate keys whose Hash values are equal: with an unkeyed hash
 	// (xxhash.Sum64String, say), whoever chooses the keys can make them all

@@ -65,7 +65,7 @@ func (c *Cache[K, V]) run(s *shard.Slot[K, V], claim *shard.State[V], f *shard.F
 		// The creation's context ends when Create returns, as a context
 		// passed to a call does, and before anybody hears of the outcome.
 		f.Cancel(context.Canceled)
-		f.MarkReturned() // a slot Blocked on this creation (see Offer) may be claimed
+		f.MarkReturned() // a slot Straggling on this creation (see Offer) may be cleared
 		if !returned {
 			err = ErrGoexit
 		}

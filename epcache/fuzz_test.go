@@ -382,9 +382,10 @@ func (m *cacheModel) used() int {
 	return len(m.held) + len(m.given) + len(m.stragglers)
 }
 
-// blocked reports whether a Get of key waits for the Create an Offer
-// answered, which still runs, before it may create.
-func (m *cacheModel) blocked(key int) bool {
+// straggling reports whether a Get of key waits for a straggler (a
+// creation an Offer answered, whose Create still runs) before it may
+// create.
+func (m *cacheModel) straggling(key int) bool {
 	_, held := m.held[key]
 	_, running := m.stragglers[key]
 	return running && !held && !m.closed
@@ -405,7 +406,7 @@ func (m *cacheModel) evictable() bool {
 // whether it evicts a value (or else waits for room until its context
 // ends).
 func (m *cacheModel) needsRoom(key int) (full, evicts bool) {
-	if m.closed || m.maxEntries == 0 || m.blocked(key) {
+	if m.closed || m.maxEntries == 0 || m.straggling(key) {
 		return false, false
 	}
 	if _, ok := m.held[key]; ok {
@@ -465,13 +466,13 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 		if full && !evicts && op == opGet {
 			return // it would wait for room for ever
 		}
-		if m.blocked(key) {
+		if m.straggling(key) {
 			if op == opGet {
 				return // it would wait for the straggler for ever
 			}
 			start := time.Now()
 			_, err := c.Get(ctx, key)
-			m.leftBlocked(t, err, start, arg, step)
+			m.leftStraggling(t, err, start, arg, step)
 			return
 		}
 		start := time.Now()
@@ -566,13 +567,13 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 		if full && !evicts && op == opAcquire {
 			return // it would wait for room for ever
 		}
-		if m.blocked(key) {
+		if m.straggling(key) {
 			if op == opAcquire {
 				return // it would wait for the straggler for ever
 			}
 			start := time.Now()
 			lease, err := c.Acquire(ctx, key)
-			m.leftBlocked(t, err, start, arg, step)
+			m.leftStraggling(t, err, start, arg, step)
 			assert.Nil(t, lease.Value(), step)
 			return
 		}
@@ -839,10 +840,10 @@ func (m *cacheModel) close(t *testing.T, c *epcache.Cache[int, *conn], closeCach
 	m.closed = true
 }
 
-// leftBlocked checks the outcome of a Get or Acquire of a key blocked by a
-// straggler, with a context that ends: it waited until its context ended,
+// leftStraggling checks the outcome of a Get or Acquire of a key that waits
+// for a straggler, with a context that ends: it waited until its context ended,
 // and got the context's error.
-func (m *cacheModel) leftBlocked(t *testing.T, err error, start time.Time, arg int, step string) {
+func (m *cacheModel) leftStraggling(t *testing.T, err error, start time.Time, arg int, step string) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded, step)
 	assert.Equal(t, time.Duration(2+arg/fuzzKeys%3)*time.Millisecond, time.Since(start), "%s: waited for the straggler until its context ended", step)
 }

@@ -33,11 +33,11 @@ func newSketch(capacity int) *sketch {
 		n <<= 1
 	}
 	n = max(n, 8)
-	// The period measured on the hotset workload (Zipf 1.01 over 100,000
-	// keys, cap 1,000): hit ratio 55.7% at 4 times the cap, 59.0% at 10,
-	// 60.1% at 20, 60.7% at 30 and 40, 59.8% at 60, and 51.8% at 120 (the
-	// counters saturate); at Zipf 1.2 and 1.4, 30 is as good as 10 or
-	// better.
+	// A period of 30 times the cap: shorter, the sketch forgets the hot
+	// peers between two passes of the hand; much longer, its 4-bit
+	// counters saturate and stop telling peers apart. The hit ratio it
+	// gives is what epbench -workload hotset reports (Zipf 1.01 over
+	// 100,000 keys, cap 1,000), where 30 measured best.
 	return &sketch{words: make([]atomic.Uint64, n), mask: n - 1, period: 30 * int64(max(capacity, 8))}
 }
 
@@ -46,8 +46,7 @@ func newSketch(capacity int) *sketch {
 // words' array is at least 64 bytes and a power of two, so its allocation
 // starts on a 64-byte boundary), each in a word of two that are its own:
 // an add or an estimate touches one line, not four, as Caffeine's sketch
-// does since version 3. (With four lines, the sketch's adds were 8% of the
-// hotset workload's CPU when the two cores shared no cache.)
+// does since version 3.
 func (s *sketch) counter(h uint64, i int) (*atomic.Uint64, uint) {
 	x := h * 0x9e3779b97f4a7c15
 	block := (x >> 32) & s.mask &^ 7

@@ -6,9 +6,12 @@ import (
 	"unsafe"
 )
 
-// Stats is a snapshot of a cache's counters. Counters are summed from
-// stripes without a global pause, so a snapshot taken while the cache is busy
-// is not atomic across fields; one taken after Close returned is exact.
+// Stats is a snapshot of a cache's figures. The fields from Creates to
+// RoomWaits are counters: they only grow, from 0 at New. Room, Live, Ready
+// and Lingering are gauges: what the cache holds at the moment, up and
+// down. Figures are summed from stripes without a global pause, so a
+// snapshot taken while the cache is busy is not atomic across fields; one
+// taken after Close returned is exact.
 //
 // A creation answered by CreateTimeout whose Create later returns a value
 // counts in both Creates and CreateErrors: its callers got an error, and its

@@ -7,12 +7,11 @@ import (
 
 // An invalidation makes its slot Dead and puts the key's fresh slot in its
 // place in one step, which no rebuild of the shard can come between: a
-// rebuild leaves Dead slots behind, and the fresh slot is what carries the
-// block of a creation an Offer answered that still runs (Slot.Answered).
-// Had a rebuild dropped the Dead slot first, the key's next slot would
-// start Empty, and a second creation of the key would start while the
-// first still ran. The test hook rebuilds the shard the moment the slot is
-// Dead, if it can take the shard's mutex then.
+// rebuild leaves Dead slots behind, and the fresh slot is what carries a
+// straggler (Slot.MarkStraggler). Had a rebuild dropped the Dead slot
+// first, the key's next slot would start Empty, and a second creation of
+// the key would start while the first still ran. The test hook rebuilds the
+// shard the moment the slot is Dead, if it can take the shard's mutex then.
 func TestNoRebuildBetweenDeathAndRenewal(t *testing.T) {
 	tb, err := New[int, int](Options[int]{Shards: 1})
 	if err != nil {
@@ -27,7 +26,7 @@ func TestNoRebuildBetweenDeathAndRenewal(t *testing.T) {
 	if !f.TryResolve() {
 		t.Fatal("resolve")
 	}
-	s.Answered(f)
+	s.MarkStraggler(f)
 	tb.Publish(s, claim, 10)
 	f.Finish(10, nil, claim.flight.until)
 
@@ -45,11 +44,11 @@ func TestNoRebuildBetweenDeathAndRenewal(t *testing.T) {
 		t.Fatal("invalidate")
 	}
 	next := tb.LoadOrInsert(1)
-	if got := next.State().Status(); got != Blocked {
+	if got := next.State().Status(); got != Straggling {
 		t.Fatalf("the key's next slot is %v (a rebuild ran between the death and the renewal: %t); want blocked until the first Create returns", got, rebuilt)
 	}
 	f.MarkReturned()
-	if !next.Unblock(next.State()) {
+	if !next.ClearStraggler(next.State()) {
 		t.Fatal("the block did not end when the first Create returned")
 	}
 }

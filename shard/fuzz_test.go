@@ -35,7 +35,7 @@ import (
 // it expired after IdleSteps steps, InvalidateState succeeds only with the
 // state the value is in and no lease held, the hit path leases only a
 // young value, two laps of the hand see every slot, Leased counts the
-// leases held, a lease held when its value was marked wanted never ends
+// leases held, a lease held when its value was marked watched never ends
 // on EndFirstLease's fast path (nor does the one after it, on the same
 // ticket: the want is served once), and the last lease of a value that left the table says so. With the next bit set too, the
 // table puts values on probation (SetProbation): they are published cooled.
@@ -73,10 +73,10 @@ const (
 	topCool            // the clock hand's step: Cool
 	topAge             // the idle sweep's step: Age
 	topInvalidateState // InvalidateState with the state the last step saw for the key, or the current one
-	topHand            // walk the model's hand for two laps
+	topWalk            // walk the table with All: every slot once, every slot that holds something
 	topLease           // lease the key's value, on the hit path if it is young
 	topEndLease        // end the key's oldest lease, or that of a value that left the table
-	topWant            // mark the key's value wanted
+	topWatch           // mark the key's value watched
 	numTableOps
 )
 
@@ -123,10 +123,9 @@ type tableModel struct {
 	age       map[int]int            // held keys: their value's age
 	states    map[int]seenState      // the last state a step saw for the key
 	leases    map[int][]shard.Ticket // leases of each held key's value, oldest first
-	wanted    map[shard.Ticket]bool  // leases held when their value was marked wanted
+	watched   map[shard.Ticket]bool  // leases held when their value was marked watched
 	draining  []drainingLease        // leases of values that left the table, oldest first
-	hand      *shard.Hand[int, int]
-	published int // the age Publish gives a value: young, or cooled on probation (SetProbation)
+	published int                    // the age Publish gives a value: young, or cooled on probation (SetProbation)
 }
 
 func runTableOps(t *testing.T, data []byte) {
@@ -137,7 +136,7 @@ func runTableOps(t *testing.T, data []byte) {
 		slots: map[int]*shard.Slot[int, int]{}, seen: map[int]*shard.Slot[int, int]{},
 		next: burstBase,
 		ages: data[0]&0x80 != 0, age: map[int]int{}, states: map[int]seenState{},
-		leases: map[int][]shard.Ticket{}, wanted: map[shard.Ticket]bool{}, hand: tb.NewHand(),
+		leases: map[int][]shard.Ticket{}, watched: map[shard.Ticket]bool{},
 	}
 	ops := byte(numBaseTableOps)
 	if m.ages {
@@ -288,7 +287,7 @@ func (m *tableModel) left(t *testing.T, key int, s *shard.Slot[int, int], step s
 	_, ok := s.Lease()
 	assert.False(t, ok, "%s: a value that left the table was leased", step)
 	for _, tk := range leases {
-		delete(m.wanted, tk)
+		delete(m.watched, tk)
 	}
 	delete(m.leases, key)
 	delete(m.age, key)
@@ -299,7 +298,7 @@ func (m *tableModel) applyAges(t *testing.T, tb *shard.Table[int, int], op table
 	key := arg % fuzzSmallKeys
 	_, held := m.values[key]
 	s := tb.Lookup(key)
-	if op == topHand {
+	if op == topWalk {
 		m.walk(t, tb, step)
 		return
 	}
@@ -380,24 +379,24 @@ func (m *tableModel) applyAges(t *testing.T, tb *shard.Table[int, int], op table
 		}
 		tk := leases[0]
 		m.leases[key] = leases[1:]
-		want := m.wanted[tk]
+		want := m.watched[tk]
 		if want {
-			delete(m.wanted, tk)
-			require.False(t, s.EndFirstLease(tk), "%s: a wanted value's lease ended on the fast path", step)
+			delete(m.watched, tk)
+			require.False(t, s.EndFirstLease(tk), "%s: a watched value's lease ended on the fast path", step)
 		}
-		last, wanted, err := s.EndWantedLease(tk)
+		last, watched, err := s.EndWatchedLease(tk)
 		require.NoError(t, err, step)
 		if want {
-			assert.True(t, wanted, "%s: the end of a wanted lease did not say so", step)
+			assert.True(t, watched, "%s: the end of a watched lease did not say so", step)
 		}
 		assert.False(t, last, "%s: the end of a lease of a value still held released it", step)
 		_, err = s.EndLease(tk)
 		assert.ErrorIs(t, err, shard.ErrLeaseEnded, "%s: a lease ended twice", step)
-	case topWant:
+	case topWatch:
 		if held {
-			s.Want()
+			s.Watch()
 			for _, tk := range m.leases[key] {
-				m.wanted[tk] = true
+				m.watched[tk] = true
 			}
 		}
 	}
@@ -425,26 +424,17 @@ func (m *tableModel) endDraining(t *testing.T, step string) {
 	assert.ErrorIs(t, err, shard.ErrLeaseEnded, "%s: a lease ended twice", step)
 }
 
-// walk moves the model's hand on until it has made two more laps: it must
-// have seen every slot in the table, across the shards and the rebuilds
-// since its last walk.
+// walk walks the table with All, as the idle sweep does: no slot is
+// yielded twice, and every slot that holds something for the model (a
+// value, a remembered failure) is yielded.
 func (m *tableModel) walk(t *testing.T, tb *shard.Table[int, int], step string) {
-	want := map[*shard.Slot[int, int]]bool{}
-	for s := range tb.All() {
-		want[s] = true
-	}
 	seen := map[*shard.Slot[int, int]]bool{}
-	for start, n := m.hand.Laps, 0; m.hand.Laps-start < 2; n++ {
-		require.Less(t, n, 1<<16, "%s: the hand does not come round", step)
-		s := m.hand.Next()
-		if s == nil {
-			require.Empty(t, want, "%s: the hand found nothing in a table of %d slots", step, len(want))
-			continue
-		}
+	for s := range tb.All() {
+		require.False(t, seen[s], "%s: All yielded key %d twice", step, s.Key())
 		seen[s] = true
 	}
-	for s := range want {
-		require.True(t, seen[s], "%s: two laps of the hand missed key %d", step, s.Key())
+	for key, s := range m.slots {
+		require.True(t, seen[s], "%s: All missed key %d", step, key)
 	}
 }
 

@@ -15,7 +15,7 @@ type keyKind uint8
 const (
 	kindComparable keyKind = iota // maphash.Comparable: structs, pointers, arrays, interfaces, floats…
 	kindInteger                   // every integer kind up to 64 bits: seeded multiply-mix
-	kindString                    // hash/maphash.String with the table's seed
+	kindString                    // hashString: wyhash-style up to 64 bytes, hash/maphash.String beyond
 	kindCustom                    // the caller's Options.Hash
 )
 
@@ -111,13 +111,10 @@ const shortString = 64
 // 64×64→128 multiplies, keyed by secrets drawn per table); longer ones by
 // hash/maphash.String with the table's seed.
 //
-// Measured on this project's 2-core machine (Go 1.26, peer names of 16 to
-// 19 bytes, one goroutine): maphash.String 5.0 ns a key, this 2.3 ns. On
-// the hit path that was the difference between 1.2× and 0.9× xsync v4's
-// Load, which hashes strings with maphash.Comparable.
-//
-// Not xxhash, although the project named it for strings: XXH64 takes no
-// secret cheaply. The one-shot Sum64String is unseeded, and folding a seed
+// Why not maphash.String for all: on peer names of 16 to 19 bytes it takes
+// about 5 ns a key against this one's 2.3, half of a whole string hit
+// (BenchmarkHit, keys=string). Why not xxhash: XXH64 takes no secret
+// cheaply. The one-shot Sum64String is unseeded, and folding a seed
 // in afterwards leaves every full 64-bit collision intact, which for XXH64
 // can be computed directly (each 8-byte lane is an invertible step, so the
 // last lane of a key can be solved for any target state); the seeded Digest

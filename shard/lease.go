@@ -21,7 +21,7 @@ import (
 //
 //	bit 63: gone (the value has left the table: no new lease)
 //	bit 62: held
-//	bit 61: wanted (see Want)
+//	bit 61: watched (see Watch)
 //	bits 0-57: generation, advanced by every EndLease (and wrapping)
 //
 // A lease claims a free ticket by CAS, and ends by a CAS that clears held
@@ -44,11 +44,11 @@ import (
 const leaseTickets = 8
 
 const (
-	ticketGone = 1 << 63
-	ticketHeld = 1 << 62
-	ticketWant = 1 << 61
-	ticketGen  = 1<<58 - 1 // a Ticket holds the generation in its top 59 bits
-	extraGone  = 1 << 62   // in leaseTable.extra, above any count
+	ticketGone    = 1 << 63
+	ticketHeld    = 1 << 62
+	ticketWatched = 1 << 61
+	ticketGen     = 1<<58 - 1 // a Ticket holds the generation in its top 59 bits
+	extraGone     = 1 << 62   // in leaseTable.extra, above any count
 )
 
 // leaseTable holds a slot's leases, and the rarer things a slot may need
@@ -57,9 +57,9 @@ type leaseTable struct {
 	tickets [leaseTickets]atomic.Uint64
 	extra   atomic.Uint64 // overflow leases outstanding, | extraGone
 	drain   atomic.Int64  // see the comment above
-	// straggler is the *Flight[V] of the creation an Offer answered on this
-	// slot (see Slot.Answered): written before the slot is published, read
-	// after it is invalidated, so the state's CAS orders the two.
+	// straggler is the *Flight[V] of the straggler marked on this slot
+	// (see Slot.MarkStraggler): written before the slot is published,
+	// read after it is invalidated, so the state's CAS orders the two.
 	straggler any
 	// handle is the *Handle[K, V] of the slot, if Track made one: written
 	// before the slot is published, read after it leaves the table.
@@ -161,15 +161,15 @@ func (s *Slot[K, V]) Lease() (t Ticket, ok bool) {
 // has ended already gives ErrLeaseEnded and changes nothing; so does the
 // zero Ticket.
 func (s *Slot[K, V]) EndLease(t Ticket) (last bool, err error) {
-	last, _, err = s.EndWantedLease(t)
+	last, _, err = s.EndWatchedLease(t)
 	return last, err
 }
 
-// EndWantedLease is EndLease that also reports whether the lease was
-// wanted (Want): an eviction found the value leased, and the caller tells
+// EndWatchedLease is EndLease that also reports whether the lease was
+// watched (Watch): an eviction found the value leased, and the caller tells
 // it that the value may be free now. An overflow lease (the ninth of a
-// value at once, and later) reports wanted, as Want does not mark it.
-func (s *Slot[K, V]) EndWantedLease(t Ticket) (last, wanted bool, err error) {
+// value at once, and later) reports watched, as Watch does not mark it.
+func (s *Slot[K, V]) EndWatchedLease(t Ticket) (last, watched bool, err error) {
 	if s.EndFirstLease(t) {
 		return false, false, nil
 	}
@@ -201,11 +201,11 @@ func (s *Slot[K, V]) EndWantedLease(t Ticket) (last, wanted bool, err error) {
 			return false, false, ErrLeaseEnded
 		}
 		if p.CompareAndSwap(w, w&ticketGone|(gen+1)&ticketGen) { // and the want served
-			wanted = w&ticketWant != 0
+			watched = w&ticketWatched != 0
 			if w&ticketGone != 0 {
-				return tb.drain.Add(-1) == 0, wanted, nil
+				return tb.drain.Add(-1) == 0, watched, nil
 			}
-			return false, wanted, nil
+			return false, watched, nil
 		}
 	}
 }
@@ -223,19 +223,19 @@ func (s *Slot[K, V]) EndFirstLease(t Ticket) bool {
 	return tb != nil && tb.tickets[0].CompareAndSwap(ticketHeld|gen, (gen+1)&ticketGen)
 }
 
-// Want marks s's value as wanted by an eviction that found it leased:
+// Watch marks s's value as watched by an eviction that found it leased:
 // every lease of it held now, and the next lease of each of its free
 // tickets, ends through EndLease rather than EndFirstLease's one-CAS path,
 // so that its caller (which returns to its own slow path too) can tell the
 // eviction that the value may be free. The end of a lease clears its
-// ticket's mark: a value wanted once does not send every later lease to
+// ticket's mark: a value watched once does not send every later lease to
 // the slow path (it did, and in a hot set that the clock hand kept finding
 // leased, the ends of leases were a third of the evictions' CPU). It takes
 // no lock and changes nothing else.
-func (s *Slot[K, V]) Want() {
+func (s *Slot[K, V]) Watch() {
 	tb := s.leaseTable()
 	for j := range tb.tickets {
-		tb.tickets[j].Or(ticketWant)
+		tb.tickets[j].Or(ticketWatched)
 	}
 }
 

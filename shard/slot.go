@@ -15,6 +15,15 @@ import (
 //	                    └──Settle(failure)──▶ Failed ──Claim──▶ Creating
 //	Empty, expired Failed ──(table compaction)──▶ Dead     any ──Seal──▶ Sealed
 //
+// A creation that an Offer answered (publishing the offered value on its
+// claim) while its Create still runs is a straggler (MarkStraggler). Until
+// its Create returns, the key's next slot starts Straggling rather than
+// Empty, so that no second creation of the key overlaps it:
+//
+//	Ready (a straggler's answer) ──Invalidate──▶ Dead; the next slot: Straggling
+//	Straggling ──the straggler returns; ClearStraggler──▶ Empty
+//	Straggling ──ClaimResolved (an Offer)──▶ Creating ──Publish──▶ Ready
+//
 // Leases run beside the state, on the value of a Ready slot (lease.go):
 //
 //	Ready ──Lease──▶ Ready, leased ──EndLease──▶ Ready
@@ -35,8 +44,8 @@ import (
 // state pointer is switched to Ready by CAS, so the publication synchronizes
 // before every Load that returns the value, and it is never written again:
 // Invalidate ends the slot (Dead) and the table puts a fresh Empty slot for
-// the key in its place in the array, which also lets the collector free a released value
-// as soon as its last reader is done.
+// the key in its place in the array, which also lets the collector free a
+// released value as soon as its last reader is done.
 //
 // Failed is either a remembered failure (Until is set: answer the error until
 // then) or a creation that was abandoned by a timeout while its function is
@@ -45,23 +54,22 @@ import (
 //
 // Dead marks a slot that left the table (invalidated, or Empty or an expired
 // remembered failure when its shard's array was rebuilt): the key must be
-// looked up again. Sealed is
-// final: the table is closed.
+// looked up again. Sealed is final: the table is closed.
 
 // Status is the state a slot is in; see [State.Status].
 type Status uint8
 
 const (
-	Empty    Status = iota // no value and no creation: Claim may start one
-	Creating               // a creation is in flight: wait on its Flight
-	Ready                  // a value is published
-	Failed                 // a failure is being answered: see Flight.Until
-	Dead                   // removed from the table: look the key up again
-	Sealed                 // the table is closed
-	Blocked                // empty, but an answered creation still runs: wait on its Flight, then Unblock
+	Empty      Status = iota // no value and no creation: Claim may start one
+	Creating                 // a creation is in flight: wait on its Flight
+	Ready                    // a value is published
+	Failed                   // a failure is being answered: see Flight.Until
+	Dead                     // removed from the table: look the key up again
+	Sealed                   // the table is closed
+	Straggling               // empty, but a straggler still runs: wait on its Flight, then ClearStraggler
 )
 
-var statusNames = [...]string{"empty", "creating", "ready", "failed", "dead", "sealed", "blocked"}
+var statusNames = [...]string{"empty", "creating", "ready", "failed", "dead", "sealed", "straggling"}
 
 func (s Status) String() string {
 	if int(s) < len(statusNames) {
@@ -93,8 +101,8 @@ func (st *State[V]) Status() Status {
 		return Dead
 	case flightSealed:
 		return Sealed
-	case flightBarrier:
-		return Blocked
+	case flightStraggler:
+		return Straggling
 	}
 	if f.Finished() {
 		if f.err == nil {
@@ -108,23 +116,23 @@ func (st *State[V]) Status() Status {
 }
 
 // expired reports whether st is a remembered failure (Failed, non-zero
-// Until) whose Until is not after now, or a Blocked state whose creation
+// Until) whose Until is not after now, or a Straggling state whose creation
 // has returned: a state that holds nothing any more.
 func (st *State[V]) expired(now time.Time) bool {
 	switch st.Status() {
 	case Failed:
 		return !st.flight.until.IsZero() && !now.Before(st.flight.until)
-	case Blocked:
+	case Straggling:
 		return st.flight.Finished()
 	}
 	return false
 }
 
 // Flight returns the creation of a Creating or Failed state, or what a
-// Blocked state waits for (its Done closes when the creation returns), or
+// Straggling state waits for (its Done closes when the creation returns), or
 // nil.
 func (st *State[V]) Flight() *Flight[V] {
-	if st == nil || st.flight == nil || st.flight.kind != flightNormal && st.flight.kind != flightBarrier {
+	if st == nil || st.flight == nil || st.flight.kind != flightNormal && st.flight.kind != flightStraggler {
 		return nil
 	}
 	return st.flight
@@ -136,7 +144,7 @@ const (
 	flightNormal flightKind = iota
 	flightDead
 	flightSealed
-	flightBarrier // Blocked: done when a creation an Offer answered returns
+	flightStraggler // Straggling: done when a creation an Offer answered returns
 )
 
 // Flight is one creation of one key: the goroutines that find the slot
@@ -151,17 +159,17 @@ const (
 // when somebody waits, so that a creation nobody waits for costs one
 // allocation.
 type Flight[V any] struct {
-	state    State[V]                      // the Creating (later Failed) state of this flight
-	done     atomic.Pointer[chan struct{}] // nil until a waiter or Finish; &closed once finished
-	resolved atomic.Bool
-	kind     flightKind
-	returned atomic.Bool               // the creator's function has returned (MarkReturned)
-	lease    flightLease               // a lease of the created value for the claimer (lease.go)
-	barrier  atomic.Pointer[Flight[V]] // a Blocked state's flight, done when this creation returns
-	ctx      flightCtx                 // the creation's context
-	value    V
-	err      error
-	until    time.Time
+	state      State[V]                      // the Creating (later Failed) state of this flight
+	done       atomic.Pointer[chan struct{}] // nil until a waiter or Finish; &closed once finished
+	resolved   atomic.Bool
+	kind       flightKind
+	returned   atomic.Bool               // the creator's function has returned (MarkReturned)
+	lease      flightLease               // a lease of the created value for the claimer (lease.go)
+	straggling atomic.Pointer[Flight[V]] // a Straggling state's flight, done when this creation returns
+	ctx        flightCtx                 // the creation's context
+	value      V
+	err        error
+	until      time.Time
 }
 
 // newFlight returns a flight and its state.
@@ -261,16 +269,17 @@ func (s *Slot[K, V]) Load() (v V, ok bool) {
 
 // Claim moves the slot from old, which must be the Empty (nil) state or a
 // remembered failure (a Failed state with a non-zero Until) the caller has
-// observed, to Creating. (A creation waits for a Blocked slot to Unblock;
-// ClaimResolved may claim one for a value that is not created.) It returns the new state and its flight; ok is false
-// when another goroutine changed the slot first (load the state again and
-// decide anew). The winner owns the flight: it must later call Publish or
+// observed, to Creating. (A creation waits for a Straggling slot's
+// straggler, then ClearStraggler; ClaimResolved may claim one for a value
+// that is not created.) It returns the new state and its flight; ok is
+// false when another goroutine changed the slot first (load the state again
+// and decide anew). The winner owns the flight: it must later call Publish or
 // Settle with the returned state. parent gives the values of the creation's
 // context ([Flight.Context]); its Done must be nil (see
 // context.WithoutCancel).
 func (s *Slot[K, V]) Claim(old *State[V], parent context.Context) (claim *State[V], f *Flight[V], ok bool) {
 	// A Failed state with a zero Until belongs to a creation still running,
-	// and so does a Blocked one: claiming it would start a second one.
+	// and so does a Straggling one: claiming it would start a second one.
 	if old != nil && (old.Status() != Failed || old.flight.until.IsZero()) {
 		return nil, nil, false
 	}
@@ -281,7 +290,7 @@ func (s *Slot[K, V]) Claim(old *State[V], parent context.Context) (claim *State[
 // one): the flight is resolved before the claim is visible, so that nobody
 // else may answer it, and the claimer goes on to Publish and Finish.
 func (s *Slot[K, V]) ClaimResolved(old *State[V]) (claim *State[V], f *Flight[V], ok bool) {
-	if old != nil && old.Status() != Blocked && (old.Status() != Failed || old.flight.until.IsZero()) {
+	if old != nil && old.Status() != Straggling && (old.Status() != Failed || old.flight.until.IsZero()) {
 		return nil, nil, false
 	}
 	return s.claim(old, nil, true)
@@ -312,15 +321,16 @@ func NewFailure[V any](err error, until time.Time) *State[V] {
 	return st
 }
 
-// Answered records that the creation of flight f, claimed on s, has been
-// answered by someone other than its creator (an Offer), which publishes a
-// value on s while the creator's function still runs. Until f's creator
-// calls MarkReturned, a fresh slot that replaces s (after an Invalidate of
-// that value) starts Blocked, so that no second creation of the key starts
-// while the first still runs. f may also be the flight of a Blocked state
-// that an Offer claimed: the block then carries over. Call it before the
-// value is published.
-func (s *Slot[K, V]) Answered(f *Flight[V]) {
+// MarkStraggler records that the creation of flight f, claimed on s, is a
+// straggler: someone other than its creator (an Offer) answered it, and
+// publishes a value on s, while the creator's function still runs. Until
+// f's creator calls MarkReturned, a fresh slot that replaces s (after an
+// Invalidate of that value) starts Straggling, so that no second creation
+// of the key starts while the first still runs. f may also be the flight
+// of a Straggling state that an Offer claimed: the straggler then carries
+// over to the offered value's successor. Call it before the value is
+// published.
+func (s *Slot[K, V]) MarkStraggler(f *Flight[V]) {
 	s.leaseTable().straggler = f
 }
 
@@ -357,54 +367,55 @@ func (s *Slot[K, V]) untrack() {
 	}
 }
 
-// MarkReturned records that the creator of f has returned: a slot Blocked
-// on f may be claimed again. The creator calls it once, before it settles.
+// MarkReturned records that the creator of f has returned: a slot
+// Straggling on f may be cleared and claimed. The creator calls it once,
+// before it settles.
 func (f *Flight[V]) MarkReturned() {
 	f.returned.Store(true)
-	if b := f.barrier.Load(); b != nil && b.TryResolve() {
+	if b := f.straggling.Load(); b != nil && b.TryResolve() {
 		b.Finish(*new(V), nil, time.Time{})
 	}
 }
 
-// blockedBy returns the state a fresh slot that replaces s starts in: Blocked
-// while a creation that was answered on s still runs, Empty otherwise.
-// Every Blocked state of one creation is the one state of its barrier
-// flight, which MarkReturned finishes.
-func (s *Slot[K, V]) blockedBy() *State[V] {
+// stragglerState returns the state a fresh slot that replaces s starts in:
+// Straggling while a straggler marked on s still runs, Empty otherwise.
+// Every Straggling state of one straggler is the one state of its
+// straggling flight, which MarkReturned finishes.
+func (s *Slot[K, V]) stragglerState() *State[V] {
 	tb := s.leases.Load()
 	if tb == nil || tb.straggler == nil {
 		return nil
 	}
 	f := tb.straggler.(*Flight[V])
-	if f.kind == flightBarrier { // an Offer stored s's value on a Blocked slot
+	if f.kind == flightStraggler { // an Offer stored s's value on a Straggling slot
 		if f.Finished() {
 			return nil
 		}
 		return &f.state
 	}
-	b := f.barrier.Load()
+	b := f.straggling.Load()
 	if b == nil {
 		_, nb := newFlight[V](context.Background())
-		nb.kind = flightBarrier
-		if f.barrier.CompareAndSwap(nil, nb) {
+		nb.kind = flightStraggler
+		if f.straggling.CompareAndSwap(nil, nb) {
 			b = nb
 		} else {
-			b = f.barrier.Load()
+			b = f.straggling.Load()
 		}
 	}
-	// Either the creator sees the barrier when it returns, or this sees
-	// that it has returned (both store, then load).
+	// Either the creator sees the straggling flight when it returns, or
+	// this sees that it has returned (both store, then load).
 	if f.returned.Load() {
 		return nil
 	}
 	return &b.state
 }
 
-// Unblock moves s from old, a Blocked state whose creation has returned
-// (its Flight's Done is closed), to Empty. It reports whether s still held
-// old.
-func (s *Slot[K, V]) Unblock(old *State[V]) bool {
-	return old.Status() == Blocked && old.flight.Finished() && s.state.CompareAndSwap(old, nil)
+// ClearStraggler moves s from old, a Straggling state whose straggler has
+// returned (its Flight's Done is closed), to Empty. It reports whether s
+// still held old.
+func (s *Slot[K, V]) ClearStraggler(old *State[V]) bool {
+	return old.Status() == Straggling && old.flight.Finished() && s.state.CompareAndSwap(old, nil)
 }
 
 // Forget moves a slot from old, a remembered failure (Failed, non-zero

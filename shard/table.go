@@ -1,6 +1,9 @@
-// Package shard is the concurrent table under [github.com/epcache/epcache]: a
+// Package shard is the engine of [github.com/epcache/epcache/epcache]: a
 // sharded, open-addressed hash table of [Slot]s, each moving through the
-// atomic state machine described on [Status].
+// atomic state machine described on [Status]. It is public so that epcache's
+// generic code inlines its hit path into users' programs, and so that its
+// tests and benchmarks can reach it; its API follows epcache's needs and
+// may change with them. Use package epcache.
 //
 // Reads take no lock: [Table.Get], the hit path of a cache in one frame,
 // probes an immutable snapshot of the shard's array of slot groups (a
@@ -171,8 +174,8 @@ const (
 // user's program compiles. Go 1.26 inlines a non-generic function of shard
 // into an instantiation of shard's generic code only where the package
 // being compiled imports shard itself; a user's program imports epcache,
-// not shard, and there each of these, plain, was a call on the hit path
-// (four calls a Get, measured in cmd/epbench). A generic function's body
+// not shard, and there each of these, plain, would be a call on the hit
+// path (four calls a Get). A generic function's body
 // travels with the generic code that calls it. TestHitPathMakesNoCalls
 // builds a program that imports epcache alone and checks the hit paths.
 
@@ -547,8 +550,7 @@ func (t *Table[K, V]) equal(a, b K) bool {
 // (and release the value, if EndLease says it was the last lease).
 func (t *Table[K, V]) Lease(key K) (s *Slot[K, V], tk Ticket, ok bool) {
 	// An integer key is hashed here, as Get hashes it: Hash does not
-	// inline, and its call was a twentieth of an Acquire and Release on
-	// one core (15.9 ns against 15.2).
+	// inline, and a call costs the lease as much as the mix itself.
 	var h uint64
 	if unsafe.Sizeof(key) <= 8 && t.kind == kindInteger {
 		h = mix(integerBits(key), &t.seeds)
@@ -628,12 +630,12 @@ func (t *Table[K, V]) newSlot(sh *shard[K, V], key K) *Slot[K, V] {
 
 // renew puts a fresh slot for key at p, whose slot, old, is Dead. Called
 // with the shard mutex held: arrays change only under it. The fresh slot
-// starts Blocked if old's value answered a creation still running (see
-// Slot.Answered).
+// starts Straggling if a straggler marked on old still runs (see
+// Slot.MarkStraggler).
 func (t *Table[K, V]) renew(sh *shard[K, V], p *atomic.Pointer[Slot[K, V]], old *Slot[K, V]) *Slot[K, V] {
 	s := t.newSlot(sh, old.key)
 	if !sh.closed {
-		if st := old.blockedBy(); st != nil {
+		if st := old.stragglerState(); st != nil {
 			s.state.Store(st)
 		}
 	}
@@ -661,8 +663,8 @@ func (t *Table[K, V]) Publish(s *Slot[K, V], claim *State[V], v V) bool {
 func (t *Table[K, V]) SetProbation() { t.published = t.aged[0] }
 
 // Invalidate moves a Ready slot to Dead and returns the value it held; the
-// caller now owns that value. The key gets a fresh Empty slot (Blocked, if
-// the value answered a creation still running), so the table keeps no
+// caller now owns that value. The key gets a fresh Empty slot (Straggling,
+// if the value answered a straggler still running), so the table keeps no
 // reference to the value. ok is false when the slot was not Ready. The
 // change of state and the replacement take the shard's mutex together.
 func (t *Table[K, V]) Invalidate(s *Slot[K, V]) (v V, ok bool) {
@@ -699,10 +701,9 @@ func (t *Table[K, V]) invalidate(s *Slot[K, V], match func(V) bool) (v V, ok boo
 //
 // Both steps are one, under the shard's mutex, so that no rebuild comes
 // between them: a rebuild leaves Dead slots behind, and the fresh slot is
-// what carries the block of a creation an Offer answered that still runs
-// (Slot.Answered). So every slot in a shard's current array is alive: a
-// slot turns Dead only under the mutex, and leaves the array in the same
-// step (here, or in rebuild).
+// what carries a straggler (Slot.MarkStraggler). So every slot in a shard's
+// current array is alive: a slot turns Dead only under the mutex, and
+// leaves the array in the same step (here, or in rebuild).
 func (t *Table[K, V]) kill(s *Slot[K, V], st *State[V], h uint64) bool {
 	sh := t.shardOf(h)
 	sh.mu.Lock()

@@ -64,37 +64,18 @@ func TestAgesOfOtherStates(t *testing.T) {
 	assert.Equal(t, shard.Creating, s.State().Status())
 }
 
-// A hand's two laps see every slot of the table, across shards and
-// rebuilds, and a hand over an empty table returns nil.
-func TestHandSeesEverySlot(t *testing.T) {
-	tb := newTable[int, int](t, shard.Options[int]{Shards: 8})
-	h := tb.NewHand()
-	assert.Nil(t, h.Next())
-	const n = 1000
-	for k := range n {
-		publish(t, tb, k, k)
-	}
-	seen := map[int]bool{}
-	for start := h.Laps; h.Laps-start < 2; {
-		s := h.Next()
-		require.NotNil(t, s)
-		seen[s.Key()] = true
-	}
-	assert.Len(t, seen, n)
-}
-
 // Want sends the end of a lease held to the slow path, once, and changes
 // nothing else.
-func TestWant(t *testing.T) {
+func TestWatch(t *testing.T) {
 	_, s := readySlot(t)
 	a, ok := s.Lease()
 	require.True(t, ok)
-	s.Want()
-	assert.False(t, s.EndFirstLease(a), "a wanted value's lease ended on the fast path")
-	last, wanted, err := s.EndWantedLease(a)
+	s.Watch()
+	assert.False(t, s.EndFirstLease(a), "a watched value's lease ended on the fast path")
+	last, watched, err := s.EndWatchedLease(a)
 	require.NoError(t, err)
 	assert.False(t, last)
-	assert.True(t, wanted, "the end of a wanted lease did not say so")
+	assert.True(t, watched, "the end of a watched lease did not say so")
 	assert.Zero(t, s.Leased())
 	b, ok := s.Lease() // the ticket a held: its end served the want
 	require.True(t, ok)
@@ -104,14 +85,14 @@ func TestWant(t *testing.T) {
 	require.True(t, ok)
 	d, ok := s.Lease() // the second ticket, free but marked by Want
 	require.True(t, ok)
-	_, wanted, err = s.EndWantedLease(d)
+	_, watched, err = s.EndWatchedLease(d)
 	require.NoError(t, err)
-	assert.True(t, wanted, "the first lease of a ticket marked free: its end did not say it was wanted")
-	d, ok = s.Lease() // the second ticket again, whose end takes the slow path, unwanted now
+	assert.True(t, watched, "the first lease of a ticket marked free: its end did not say it was watched")
+	d, ok = s.Lease() // the second ticket again, whose end takes the slow path, unwatched now
 	require.True(t, ok)
-	_, wanted, err = s.EndWantedLease(d)
+	_, watched, err = s.EndWatchedLease(d)
 	require.NoError(t, err)
-	assert.False(t, wanted, "the end of a second lease, not wanted, said it was")
+	assert.False(t, watched, "the end of a second lease, not watched, said it was")
 	require.True(t, s.EndFirstLease(c))
 	_, err = s.EndLease(b)
 	assert.ErrorIs(t, err, shard.ErrLeaseEnded)
