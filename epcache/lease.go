@@ -48,7 +48,7 @@ func (l Lease[K, V]) Key() K {
 func (l Lease[K, V]) Release() {
 	// The common case inlines into the caller: the first lease of a value
 	// still in the cache, ended by one compare-and-swap.
-	if !l.s.EndFirstLease(l.tk) { // false for the zero Lease, before it reads l.s
+	if !l.s.TryEndLease(l.tk) { // false for the zero Lease, before it reads l.s
 		l.release()
 	}
 }

@@ -71,7 +71,7 @@ func TestWatch(t *testing.T) {
 	a, ok := s.Lease()
 	require.True(t, ok)
 	s.Watch()
-	assert.False(t, s.EndFirstLease(a), "a watched value's lease ended on the fast path")
+	assert.False(t, s.TryEndLease(a), "a watched value's lease ended on the fast path")
 	last, watched, err := s.EndWatchedLease(a)
 	require.NoError(t, err)
 	assert.False(t, last)
@@ -80,7 +80,7 @@ func TestWatch(t *testing.T) {
 	b, ok := s.Lease() // the ticket a held: its end served the want
 	require.True(t, ok)
 	assert.Equal(t, 1, s.Leased())
-	assert.True(t, s.EndFirstLease(b), "a want, served by the end of the lease it found, sent the next lease to the slow path")
+	assert.True(t, s.TryEndLease(b), "a want, served by the end of the lease it found, sent the next lease to the slow path")
 	c, ok := s.Lease()
 	require.True(t, ok)
 	d, ok := s.Lease() // the second ticket, free but marked by Want
@@ -93,7 +93,7 @@ func TestWatch(t *testing.T) {
 	_, watched, err = s.EndWatchedLease(d)
 	require.NoError(t, err)
 	assert.False(t, watched, "the end of a second lease, not watched, said it was")
-	require.True(t, s.EndFirstLease(c))
+	require.True(t, s.TryEndLease(c))
 	_, err = s.EndLease(b)
 	assert.ErrorIs(t, err, shard.ErrLeaseEnded)
 	assert.True(t, s.Abandon())

@@ -21,3 +21,45 @@ func (t *Table[K, V]) RebuildsOnInsert(key K) bool {
 	defer sh.mu.Unlock()
 	return uint64(sh.used+1)*maxLoadDen > sh.cells.Load().capacity()*maxLoadNum
 }
+
+// GrowAfter is growAfter, for the tests of lease lines.
+const GrowAfter = growAfter
+
+// LeaseLines returns how many lines of tickets s's lease table has grown
+// (0: none, or Abandon sealed it first).
+func LeaseLines[K comparable, V any](s *Slot[K, V]) int {
+	tb := s.leases.Load()
+	if tb == nil {
+		return 0
+	}
+	h := tb.lines.Load()
+	if h == nil || h == sealedLines {
+		return 0
+	}
+	return int(h.tickets[0].Load() + 1)
+}
+
+// OnLine reports whether t is a ticket of one of s's grown lines, not of
+// its table's first line or an overflow lease.
+func OnLine[K comparable, V any](s *Slot[K, V], t Ticket) bool {
+	tb := s.leases.Load()
+	h := tb.lines.Load()
+	if h == nil || h == sealedLines {
+		return false
+	}
+	for i := range h.tickets[0].Load() + 1 {
+		l := lineAt(h, i)
+		for j := range l.tickets {
+			if t.p == &l.tickets[j] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// GrowLeaseLines makes s's lines now, as leases that keep finding its
+// first ticket held would.
+func GrowLeaseLines[K comparable, V any](s *Slot[K, V]) {
+	s.leaseTable().grow()
+}

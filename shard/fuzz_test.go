@@ -36,7 +36,7 @@ import (
 // state the value is in and no lease held, the hit path leases only a
 // young value, two laps of the hand see every slot, Leased counts the
 // leases held, a lease held when its value was marked watched never ends
-// on EndFirstLease's fast path (nor does the one after it, on the same
+// on TryEndLease's fast path (nor does the one after it, on the same
 // ticket: the want is served once), and the last lease of a value that left the table says so. With the next bit set too, the
 // table puts values on probation (SetProbation): they are published cooled.
 //
@@ -382,7 +382,7 @@ func (m *tableModel) applyAges(t *testing.T, tb *shard.Table[int, int], op table
 		want := m.watched[tk]
 		if want {
 			delete(m.watched, tk)
-			require.False(t, s.EndFirstLease(tk), "%s: a watched value's lease ended on the fast path", step)
+			require.False(t, s.TryEndLease(tk), "%s: a watched value's lease ended on the fast path", step)
 		}
 		last, watched, err := s.EndWatchedLease(tk)
 		require.NoError(t, err, step)
@@ -416,7 +416,7 @@ func (m *tableModel) endDraining(t *testing.T, step string) {
 			rest++
 		}
 	}
-	assert.False(t, d.s.EndFirstLease(d.tk), "%s: a lease of a value that left the table ended on the fast path", step)
+	assert.False(t, d.s.TryEndLease(d.tk), "%s: a lease of a value that left the table ended on the fast path", step)
 	last, err := d.s.EndLease(d.tk)
 	require.NoError(t, err, step)
 	assert.Equal(t, rest == 0, last, "%s: the last lease of a value that left the table", step)

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"errors"
+	"runtime"
 	"sync/atomic"
 	"unsafe"
 )
@@ -16,8 +17,7 @@ import (
 // last one. So a value is never released while leased, and released once.
 //
 // The leases of a slot live in a table made by its first lease, so that a
-// slot never leased costs one pointer. The table has eight tickets, one
-// word each:
+// slot never leased costs one pointer. A lease holds a ticket, one word:
 //
 //	bit 63: gone (the value has left the table: no new lease)
 //	bit 62: held
@@ -28,35 +28,75 @@ import (
 // and advances the generation, which must be the one it was handed: a
 // Ticket ended twice finds another generation (or held clear) and gets
 // ErrLeaseEnded, even if the ticket has been handed out again meanwhile. So
-// a lease costs one CAS to take and one to end, on one cache line of the
-// slot's own, and nothing else: no lock, no allocation. More than eight
-// leases of one value at once take overflow leases, which allocate.
+// a lease costs one CAS to take and one to end, and nothing else: no lock,
+// no allocation.
 //
-// (The first ticket was tried in the slot itself, to save the lease
-// table's cache line: no faster, measured, and it would make a slot of an
-// 8-byte key and a pointer take a 48-byte allocation instead of 32.)
+// Where the tickets are decides whether leases scale with cores. The table
+// has one line of eight tickets, enough while one core leases the value at
+// a time. When leases of the value keep finding its first ticket held
+// (growAfter times: several goroutines lease it at once, which on several
+// cores makes every lease move the line from core to core), the table
+// grows lines of their own: one 128-byte line of eight tickets for each of
+// up to 4×GOMAXPROCS goroutines leasing at once (at most 64 lines). A
+// goroutine picks its line from the address of its own stack, which stays
+// the same from one lease to the next: two goroutines on two cores write
+// two lines, each of which stays in its core's cache. (Go has no cheap way
+// to ask which P runs a goroutine; sync.Pool's per-P caches cost a lease
+// as much as the lease itself. A stack address is free, and spreads the
+// goroutines of a program over the lines; two that share a line share it
+// as every lease shared the one line before.) A value leased from many
+// cores at once so costs up to (lines+1)×128 bytes beside its 128-byte
+// table: 1.1 KiB at GOMAXPROCS 2, 8.1 KiB at 16 and beyond. A value leased
+// from one goroutine at a time never grows.
 //
-// Abandon sets gone in every ticket (and in the overflow count), counting
-// those held, and adds the count to drain; every EndLease that finds gone
-// set in its ticket (it was counted) subtracts one. The party that brings
-// drain to 0 releases the value: Abandon itself if it counted nothing, or
-// if every counted lease ended before it added its count.
+// More than eight leases of one line held at once look for a free ticket
+// on the other lines, and past them all take overflow leases, which
+// allocate.
+//
+// Abandon stops the growth (no line is made after it), sets gone in every
+// ticket of every line (and in the overflow count), counting those held,
+// and adds the count to drain; every EndLease that finds gone set in its
+// ticket (it was counted) subtracts one. The party that brings drain to 0
+// releases the value: Abandon itself if it counted nothing, or if every
+// counted lease ended before it added its count. Abandon so costs one
+// atomic operation per ticket: 8 for a value that never grew, 8×(lines+1)
+// for one that did.
 const leaseTickets = 8
 
 const (
 	ticketGone    = 1 << 63
 	ticketHeld    = 1 << 62
 	ticketWatched = 1 << 61
-	ticketGen     = 1<<58 - 1 // a Ticket holds the generation in its top 59 bits
-	extraGone     = 1 << 62   // in leaseTable.extra, above any count
+	ticketGen     = 1<<58 - 1
+	// Bits of a Ticket's word, never of a ticket's: a lease whose Ticket
+	// has one of them ends on EndLease's slow path (the fast path's CAS
+	// cannot match).
+	ticketSlow     = 1 << 60 // taken watched: its end must report it
+	ticketOverflow = 1 << 59 // an overflow lease: its word is its own
+	extraGone      = 1 << 62 // in leaseTable.extra, above any count
 )
+
+// growAfter is how many leases of a value must find its first ticket held
+// before the table grows lines of their own: a value leased twice at once
+// now and then, by one goroutine or by two, is not worth a kilobyte.
+const growAfter = 16
+
+// maxLines bounds the lines a table grows: what a value leased from every
+// core at once may cost.
+const maxLines = 64
 
 // leaseTable holds a slot's leases, and the rarer things a slot may need
 // beside them, so that a slot that needs none costs one pointer.
 type leaseTable struct {
-	tickets [leaseTickets]atomic.Uint64
-	extra   atomic.Uint64 // overflow leases outstanding, | extraGone
-	drain   atomic.Int64  // see the comment above
+	tickets [leaseTickets]atomic.Uint64 // the first line: every lease's, until lines are made
+	extra   atomic.Uint64               // overflow leases outstanding, | extraGone
+	drain   atomic.Int64                // see the comment above
+	lines   atomic.Pointer[leaseLine]   // the header of the lines made on contention, or sealedLines
+	// contended counts the leases that found the first ticket held, up to
+	// growAfter; its top bit records that Watch was ever called, for the
+	// lines made after it (see grow).
+	contended atomic.Uint64
+	_         [leaseTablePad]byte
 	// straggler is the *Flight[V] of the straggler marked on this slot
 	// (see Slot.MarkStraggler): written before the slot is published,
 	// read after it is invalidated, so the state's CAS orders the two.
@@ -64,16 +104,50 @@ type leaseTable struct {
 	// handle is the *Handle[K, V] of the slot, if Track made one: written
 	// before the slot is published, read after it leaves the table.
 	handle any
-	_      [leaseTablePad]byte
 }
 
 // leaseTablePad makes a lease table 128 bytes, an allocation size class
-// whose objects start on a 128-byte boundary: the tickets have a cache line
-// of their own. At 96 bytes, two tables, usually of values leased around
-// the same time (a table is made by its value's first lease), shared a
-// line, and leases of two different peers on two Ps wrote it in turn:
-// Acquire and Release on GOMAXPROCS 2 took 35-50 ns against 16.5 on one.
-const leaseTablePad = 128 - 8*leaseTickets - 8 - 8 - 4*unsafe.Sizeof(uintptr(0)) // straggler and handle: two words each
+// whose objects start on a 128-byte boundary: the first line of tickets
+// has a cache line of its own, and two tables (of values leased around the
+// same time, whose tables are made then) share none.
+const leaseTablePad = 128 - 8*leaseTickets - 8 - 8 - 8 - 8 - 4*unsafe.Sizeof(uintptr(0)) // lines: 8 bytes on 32-bit too (contended is 8-aligned); straggler and handle: two words each
+
+const contendedWatch = 1 << 63 // in leaseTable.contended
+
+// leaseLine is one goroutine's line of tickets (see the comment above),
+// 128 bytes: adjacent-line prefetching pairs 64-byte lines, as shard's
+// shardPadded says.
+type leaseLine struct {
+	tickets [leaseTickets]atomic.Uint64
+	_       [128 - 8*leaseTickets]byte
+}
+
+// lineAt returns line i of the lines whose header is h. The header's first
+// word holds the mask of the lines' number, a power of two.
+//
+// Safety: h is the first of mask+2 lines of one allocation (newLines), and
+// i&mask+1 <= mask+1 stays inside it.
+func lineAt[W ~uint64](h *leaseLine, i W) *leaseLine {
+	mask := W(h.tickets[0].Load())
+	return (*leaseLine)(unsafe.Add(unsafe.Pointer(h), uintptr(i&mask+1)*unsafe.Sizeof(*h)))
+}
+
+// newLines returns the header of n fresh lines, n a power of two.
+func newLines(n int) *leaseLine {
+	ls := make([]leaseLine, n+1)
+	ls[0].tickets[0].Store(uint64(n - 1))
+	return &ls[0]
+}
+
+// sealedLines is what Abandon leaves in a table that has no lines, so
+// that none is made afterwards: one line of tickets all gone.
+var sealedLines = func() *leaseLine {
+	h := newLines(1)
+	for j := range leaseTickets {
+		lineAt(h, uint64(0)).tickets[j].Store(ticketGone)
+	}
+	return h
+}()
 
 // abandoned is the lease table of a slot whose value left the table before
 // its first lease: every ticket is gone.
@@ -83,34 +157,21 @@ var abandoned = func() *leaseTable {
 		tb.tickets[i].Store(ticketGone)
 	}
 	tb.extra.Store(extraGone)
+	tb.lines.Store(sealedLines)
 	return tb
 }()
 
 // Ticket is one lease of a slot's value, handed out by [Slot.Lease]. Its
-// zero value is no lease. Two words, so that a lease passes in registers.
+// zero value is no lease. Two words, so that a lease passes in registers:
+// the ticket's word as the lease took it, and where the ticket is.
 type Ticket struct {
-	v     uint64       // generation<<5 | overflowBit | validBit | index
-	extra *atomic.Bool // an overflow lease's: held
+	w uint64         // held | generation, | ticketSlow or ticketOverflow
+	p *atomic.Uint64 // the ticket
 }
-
-const (
-	indexMask   = 7
-	validBit    = 1 << 3
-	overflowBit = 1 << 4 // with extra set
-)
-
-// ticketOf, genOf and ticketIndex make and take apart a ticket's word.
-// They are generic functions rather than methods for the reason tagOf
-// gives: the lease's hit path (Table.Lease, Slot.EndFirstLease) calls them.
-func ticketOf[W ~uint64](gen W, j int) Ticket {
-	return Ticket{v: uint64(gen)<<5 | validBit | uint64(j)}
-}
-func genOf[W ~uint64](v W) W         { return v >> 5 }
-func ticketIndex[W ~uint64](v W) int { return int(v & indexMask) }
 
 // Valid reports whether t was handed out by Lease (whether or not it has
 // ended since).
-func (t Ticket) Valid() bool { return t.v&validBit != 0 }
+func (t Ticket) Valid() bool { return t.p != nil }
 
 // ErrLeaseEnded is returned by [Slot.EndLease] for a ticket already ended.
 var ErrLeaseEnded = errors.New("shard: lease already ended")
@@ -127,21 +188,74 @@ func (s *Slot[K, V]) leaseTable() *leaseTable {
 	return s.leases.Load()
 }
 
-// Lease hands out a lease of s's value, unless the value has left the table
-// (ok is false). The caller checks first that s is Ready: a lease taken
-// while an Abandon runs is counted by it. It takes no lock, and allocates
-// only s's first lease table and leases beyond eight at once.
-func (s *Slot[K, V]) Lease() (t Ticket, ok bool) {
-	tb := s.leaseTable()
-	for j := range leaseTickets {
-		p := &tb.tickets[j]
+// take claims p's ticket if it is free. gone reports that the value has
+// left the table.
+func take(p *atomic.Uint64) (t Ticket, ok, gone bool) {
+	for {
 		w := p.Load()
-		if w&ticketGone != 0 {
-			return Ticket{}, false
+		switch {
+		case w&ticketGone != 0:
+			return Ticket{}, false, true
+		case w&ticketHeld != 0:
+			return Ticket{}, false, false
+		case p.CompareAndSwap(w, w|ticketHeld):
+			t = Ticket{w: ticketHeld | w&ticketGen, p: p}
+			if w&ticketWatched != 0 {
+				t.w |= ticketSlow
+			}
+			return t, true, false
 		}
-		if w&ticketHeld == 0 && p.CompareAndSwap(w, w|ticketHeld) {
-			return ticketOf(w&ticketGen, j), true
+	}
+}
+
+// takeLine claims a free ticket of line l.
+func takeLine(l *[leaseTickets]atomic.Uint64) (t Ticket, ok, gone bool) {
+	for j := range l {
+		if t, ok, gone = take(&l[j]); ok || gone {
+			return t, ok, gone
 		}
+	}
+	return Ticket{}, false, false
+}
+
+// stackLine returns the caller's line index: bits of the address of a
+// variable on its stack, the same from one call to the next while the
+// goroutine's stack stays where it is (8 KiB and up, so bit 13 up).
+//
+// Safety: the address is used as a number only, never dereferenced.
+func stackLine[W ~uint64](anchor *byte) W {
+	a := W(uintptr(unsafe.Pointer(anchor)))
+	return a>>13 ^ a>>21
+}
+
+// Lease hands out a lease of s's value, unless the value has left the table
+// (ok is false): a ticket of the caller's line, if the table has lines,
+// then of any line, then of the first line, then an overflow lease. The
+// caller checks first that s is Ready: a lease taken while an Abandon runs
+// is counted by it. It takes no lock, and allocates only s's first lease
+// table, its lines, and leases beyond a line's eight at once when every
+// line is full.
+func (s *Slot[K, V]) Lease() (t Ticket, ok bool) {
+	var anchor byte
+	hint := stackLine[uint64](&anchor)
+	tb := s.leaseTable()
+	h := tb.lines.Load()
+	if h == nil {
+		if c := tb.contended.Load(); tb.tickets[0].Load()&ticketHeld != 0 && c&^contendedWatch < growAfter && tb.contended.Add(1)&^contendedWatch == growAfter {
+			h = tb.grow()
+		}
+	}
+	var gone bool
+	if h != nil {
+		mask := h.tickets[0].Load()
+		for i := range mask + 1 {
+			if t, ok, gone = takeLine(&lineAt(h, hint+i).tickets); ok || gone {
+				return t, ok
+			}
+		}
+	}
+	if t, ok, gone = takeLine(&tb.tickets); ok || gone {
+		return t, ok
 	}
 	for {
 		e := tb.extra.Load()
@@ -149,11 +263,32 @@ func (s *Slot[K, V]) Lease() (t Ticket, ok bool) {
 			return Ticket{}, false
 		}
 		if tb.extra.CompareAndSwap(e, e+1) {
-			held := new(atomic.Bool)
-			held.Store(true)
-			return Ticket{v: validBit | overflowBit, extra: held}, true
+			p := new(atomic.Uint64)
+			p.Store(ticketHeld)
+			return Ticket{w: ticketHeld | ticketSlow | ticketOverflow, p: p}, true
 		}
 	}
+}
+
+// grow makes tb's lines, unless another lease or Abandon did first, and
+// returns them (nil if Abandon sealed the table).
+func (tb *leaseTable) grow() *leaseLine {
+	n := min(ceilPow2(4*runtime.GOMAXPROCS(0)), maxLines)
+	h := newLines(n)
+	if !tb.lines.CompareAndSwap(nil, h) {
+		return tb.lines.Load()
+	}
+	// Watch marks the lines it finds; lines made after it started are
+	// marked here (Watch sets contendedWatch, then loads lines; this
+	// stores lines, then loads contended: one of the two sees the other).
+	if tb.contended.Load()&contendedWatch != 0 {
+		for i := range n {
+			for j := range leaseTickets {
+				lineAt(h, uint64(i)).tickets[j].Or(ticketWatched)
+			}
+		}
+	}
+	return h
 }
 
 // EndLease ends the lease t of s. last reports that the value had left the
@@ -167,21 +302,21 @@ func (s *Slot[K, V]) EndLease(t Ticket) (last bool, err error) {
 
 // EndWatchedLease is EndLease that also reports whether the lease was
 // watched (Watch): an eviction found the value leased, and the caller tells
-// it that the value may be free now. An overflow lease (the ninth of a
-// value at once, and later) reports watched, as Watch does not mark it.
+// it that the value may be free now. An overflow lease reports watched, as
+// Watch does not mark it.
 func (s *Slot[K, V]) EndWatchedLease(t Ticket) (last, watched bool, err error) {
-	if s.EndFirstLease(t) {
+	if s.TryEndLease(t) {
 		return false, false, nil
 	}
-	if !t.Valid() {
+	if t.p == nil {
 		return false, false, ErrLeaseEnded
 	}
-	if t.extra != nil {
-		if !t.extra.CompareAndSwap(true, false) {
-			return false, false, ErrLeaseEnded
-		}
-		tb := s.leases.Load() // not nil: it counted the overflow lease
-		if tb == nil {
+	tb := s.leases.Load()
+	if tb == nil {
+		return false, false, ErrLeaseEnded // not a ticket of s
+	}
+	if t.w&ticketOverflow != 0 {
+		if !t.p.CompareAndSwap(ticketHeld, 0) {
 			return false, false, ErrLeaseEnded
 		}
 		if tb.extra.Add(^uint64(0))&extraGone != 0 {
@@ -189,18 +324,13 @@ func (s *Slot[K, V]) EndWatchedLease(t Ticket) (last, watched bool, err error) {
 		}
 		return false, true, nil
 	}
-	tb := s.leases.Load()
-	if tb == nil {
-		return false, false, ErrLeaseEnded // not a ticket of s
-	}
-	p := &tb.tickets[ticketIndex(t.v)]
-	gen := genOf(t.v)
+	gen := t.w & ticketGen
 	for {
-		w := p.Load()
+		w := t.p.Load()
 		if w&ticketHeld == 0 || w&ticketGen != gen {
 			return false, false, ErrLeaseEnded
 		}
-		if p.CompareAndSwap(w, w&ticketGone|(gen+1)&ticketGen) { // and the want served
+		if t.p.CompareAndSwap(w, w&ticketGone|(gen+1)&ticketGen) { // and the watch served
 			watched = w&ticketWatched != 0
 			if w&ticketGone != 0 {
 				return tb.drain.Add(-1) == 0, watched, nil
@@ -210,33 +340,42 @@ func (s *Slot[K, V]) EndWatchedLease(t Ticket) (last, watched bool, err error) {
 	}
 }
 
-// EndFirstLease ends t if it is a lease of s's first ticket and the value
-// has not left the table, and otherwise reports false, changing nothing:
-// the caller calls EndLease. It is the common case of EndLease, one
-// compare-and-swap, small enough to inline.
-func (s *Slot[K, V]) EndFirstLease(t Ticket) bool {
-	if t.v&(overflowBit|validBit|indexMask) != validBit {
-		return false
+// TryEndLease ends t if its value has not left the table and no eviction
+// watches it, and otherwise reports false, changing nothing: the caller
+// calls EndLease. It is the common case of EndLease, one compare-and-swap
+// on the ticket itself, small enough to inline.
+func (s *Slot[K, V]) TryEndLease(t Ticket) bool {
+	return t.p != nil && t.p.CompareAndSwap(t.w, (t.w+1)&ticketGen)
+}
+
+// eachTicket calls f with every ticket of tb's lines, the first line's
+// included. lines is the header of the lines, or nil or sealedLines.
+func (tb *leaseTable) eachTicket(lines *leaseLine, f func(p *atomic.Uint64)) {
+	for j := range tb.tickets {
+		f(&tb.tickets[j])
 	}
-	tb := s.leases.Load()
-	gen := genOf(t.v)
-	return tb != nil && tb.tickets[0].CompareAndSwap(ticketHeld|gen, (gen+1)&ticketGen)
+	if lines == nil || lines == sealedLines {
+		return
+	}
+	for i := range lines.tickets[0].Load() + 1 {
+		l := lineAt(lines, i)
+		for j := range l.tickets {
+			f(&l.tickets[j])
+		}
+	}
 }
 
 // Watch marks s's value as watched by an eviction that found it leased:
 // every lease of it held now, and the next lease of each of its free
-// tickets, ends through EndLease rather than EndFirstLease's one-CAS path,
-// so that its caller (which returns to its own slow path too) can tell the
-// eviction that the value may be free. The end of a lease clears its
-// ticket's mark: a value watched once does not send every later lease to
-// the slow path (it did, and in a hot set that the clock hand kept finding
-// leased, the ends of leases were a third of the evictions' CPU). It takes
+// tickets, ends through EndLease's slow path, so that its caller (which
+// returns to its own slow path too) can tell the eviction that the value
+// may be free. The end of a lease clears its ticket's mark, so that a value
+// watched once does not send every later lease to the slow path. It takes
 // no lock and changes nothing else.
 func (s *Slot[K, V]) Watch() {
 	tb := s.leaseTable()
-	for j := range tb.tickets {
-		tb.tickets[j].Or(ticketWatched)
-	}
+	tb.contended.Or(contendedWatch) // before lines is loaded: see grow
+	tb.eachTicket(tb.lines.Load(), func(p *atomic.Uint64) { p.Or(ticketWatched) })
 }
 
 // Abandon marks s's value as gone from the table: no lease is handed out
@@ -251,12 +390,17 @@ func (s *Slot[K, V]) Abandon() (releaseNow bool) {
 		}
 		tb = s.leases.Load()
 	}
+	// No line is made from now on, or the one made is seen here.
+	lines := tb.lines.Load()
+	if lines == nil && !tb.lines.CompareAndSwap(nil, sealedLines) {
+		lines = tb.lines.Load()
+	}
 	var held int64
-	for j := range tb.tickets {
-		if tb.tickets[j].Or(ticketGone)&ticketHeld != 0 {
+	tb.eachTicket(lines, func(p *atomic.Uint64) {
+		if p.Or(ticketGone)&ticketHeld != 0 {
 			held++
 		}
-	}
+	})
 	held += int64(tb.extra.Or(extraGone) &^ extraGone)
 	return tb.drain.Add(held) == 0
 }
@@ -269,11 +413,11 @@ func (s *Slot[K, V]) Leased() int {
 		return 0
 	}
 	n := 0
-	for j := range tb.tickets {
-		if tb.tickets[j].Load()&ticketHeld != 0 {
+	tb.eachTicket(tb.lines.Load(), func(p *atomic.Uint64) {
+		if p.Load()&ticketHeld != 0 {
 			n++
 		}
-	}
+	})
 	return n + int(tb.extra.Load()&^extraGone)
 }
 

@@ -138,3 +138,153 @@ func TestLeaseAbandonRace(t *testing.T) {
 		require.False(t, early.Load(), "released while leased")
 	}
 }
+
+// A value whose leases keep finding its first ticket held grows lines of
+// tickets of their own, after GrowAfter such leases and not before; later
+// leases take tickets on the lines. Every guarantee holds across them: a
+// lease ended twice is refused (also once its ticket was handed out again),
+// Abandon counts the leases held on the lines, and only the last lease's
+// end releases.
+func TestLeaseLinesGrowWithContention(t *testing.T) {
+	tb, s := readySlot(t)
+	held, ok := s.Lease() // the first ticket, held throughout
+	require.True(t, ok)
+	for range shard.GrowAfter - 1 {
+		tk, ok := s.Lease()
+		require.True(t, ok)
+		assert.False(t, shard.OnLine(s, tk))
+		_, err := s.EndLease(tk)
+		require.NoError(t, err)
+	}
+	assert.Zero(t, shard.LeaseLines(s), "grown before GrowAfter leases found the first ticket held")
+	tk, ok := s.Lease() // the GrowAfter-th
+	require.True(t, ok)
+	lines := shard.LeaseLines(s)
+	assert.GreaterOrEqual(t, lines, 4, "lines grown")
+	assert.LessOrEqual(t, lines, 64)
+	assert.True(t, shard.OnLine(s, tk), "a lease after the growth takes a ticket on a line")
+	_, err := s.EndLease(tk)
+	require.NoError(t, err)
+	_, err = s.EndLease(tk)
+	assert.ErrorIs(t, err, shard.ErrLeaseEnded, "a line's ticket ended twice")
+	again, ok := s.Lease() // the same line, the same ticket
+	require.True(t, ok)
+	require.True(t, shard.OnLine(s, again))
+	_, err = s.EndLease(tk)
+	assert.ErrorIs(t, err, shard.ErrLeaseEnded, "ended twice, after its ticket was handed out again")
+
+	// Fill the caller's line and more: leases spill to the other lines.
+	onLines := []shard.Ticket{again}
+	for range 20 {
+		tk, ok := s.Lease()
+		require.True(t, ok)
+		require.True(t, shard.OnLine(s, tk))
+		onLines = append(onLines, tk)
+	}
+	assert.Equal(t, 22, s.Leased())
+	_, ok = tb.Invalidate(s)
+	require.True(t, ok)
+	assert.False(t, s.Abandon(), "22 leases hold the value")
+	_, ok = s.Lease()
+	assert.False(t, ok, "no lease once the value has left")
+	for i, tk := range onLines {
+		last, err := s.EndLease(tk)
+		require.NoError(t, err)
+		assert.False(t, last, "lease %d on a line: not the last", i)
+	}
+	last, err := s.EndLease(held)
+	require.NoError(t, err)
+	assert.True(t, last, "the first ticket's lease, the last, releases")
+	assert.Zero(t, s.Leased())
+}
+
+// A watch marks the lines too, and lines grown after a watch start marked:
+// the end of a lease on a line reports that an eviction watched the value.
+func TestWatchMarksLines(t *testing.T) {
+	for _, growFirst := range []bool{true, false} {
+		_, s := readySlot(t)
+		if growFirst {
+			shard.GrowLeaseLines(s)
+			s.Watch()
+		} else {
+			s.Watch()
+			shard.GrowLeaseLines(s)
+		}
+		tk, ok := s.Lease()
+		require.True(t, ok)
+		require.True(t, shard.OnLine(s, tk))
+		assert.False(t, s.TryEndLease(tk), "a watched ticket's lease ended on the fast path (grown first: %t)", growFirst)
+		_, watched, err := s.EndWatchedLease(tk)
+		require.NoError(t, err)
+		assert.True(t, watched, "the end of a lease on a watched line did not say so (grown first: %t)", growFirst)
+		tk, ok = s.Lease()
+		require.True(t, ok)
+		assert.True(t, s.TryEndLease(tk), "the watch, served, still sends the next lease of the ticket to the slow path")
+	}
+}
+
+// Lines are made only until Abandon: once it has run, no lease grows them,
+// and a value abandoned while one lease grows them is released exactly
+// once, after every lease, wherever the leases are.
+func TestLeaseLinesAndAbandonRace(t *testing.T) {
+	_, s := readySlot(t)
+	assert.True(t, s.Abandon())
+	shard.GrowLeaseLines(s)
+	assert.Zero(t, shard.LeaseLines(s), "lines grown after Abandon")
+
+	for range 300 {
+		_, s := readySlot(t)
+		var (
+			wg       sync.WaitGroup
+			releases atomic.Int32
+			held     atomic.Int32
+			early    atomic.Bool
+		)
+		first, ok := s.Lease() // held: the others find it so, and grow the lines
+		require.True(t, ok)
+		held.Add(1)
+		start := make(chan struct{})
+		end := func(tk shard.Ticket) {
+			held.Add(-1)
+			last, err := s.EndLease(tk)
+			if err != nil {
+				panic(err)
+			}
+			if last {
+				if held.Load() != 0 {
+					early.Store(true)
+				}
+				releases.Add(1)
+			}
+		}
+		for range 8 {
+			wg.Go(func() {
+				<-start
+				for range shard.GrowAfter {
+					tk, ok := s.Lease()
+					if !ok {
+						return
+					}
+					held.Add(1)
+					runtime.Gosched()
+					end(tk)
+				}
+			})
+		}
+		wg.Go(func() {
+			<-start
+			runtime.Gosched()
+			if s.Abandon() {
+				if held.Load() != 0 {
+					early.Store(true)
+				}
+				releases.Add(1)
+			}
+		})
+		close(start)
+		wg.Wait()
+		end(first)
+		require.EqualValues(t, 1, releases.Load(), "released exactly once")
+		require.False(t, early.Load(), "released while leased")
+	}
+}

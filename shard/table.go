@@ -169,7 +169,7 @@ const (
 )
 
 // The word helpers below (tagOf to byteIndex, and mum, mix and r8 in
-// hash.go, ticketOf and friends in lease.go) take a type parameter W
+// hash.go, lineAt and stackLine in lease.go) take a type parameter W
 // ~uint64 for one reason: so that they inline into the generic code that a
 // user's program compiles. Go 1.26 inlines a non-generic function of shard
 // into an instantiation of shard's generic code only where the package
@@ -560,13 +560,18 @@ func (t *Table[K, V]) Lease(key K) (s *Slot[K, V], tk Ticket, ok bool) {
 	if s = t.locate(h, key); s == nil || s.state.Load() != t.hit.Load() {
 		return nil, Ticket{}, false
 	}
-	// The first ticket, spelled out: free unless another lease of this
-	// value is held at the same moment.
+	// The first ticket of the caller's line, spelled out: free unless
+	// the caller holds another lease of this value, or the value has no
+	// lines and another goroutine holds one. A watched ticket, or a
+	// value with none, goes the slow way.
 	if tb := s.leases.Load(); tb != nil {
 		p := &tb.tickets[0]
-		if w := p.Load(); w&(ticketGone|ticketHeld) == 0 && p.CompareAndSwap(w, w|ticketHeld) {
-			tk = ticketOf(w&ticketGen, 0)
-			return s, tk, t.Holds(s)
+		if h := tb.lines.Load(); h != nil {
+			var anchor byte
+			p = &lineAt(h, stackLine[uint64](&anchor)).tickets[0]
+		}
+		if w := p.Load(); w&(ticketGone|ticketHeld|ticketWatched) == 0 && p.CompareAndSwap(w, w|ticketHeld) {
+			return s, Ticket{w: ticketHeld | w, p: p}, t.Holds(s)
 		}
 	}
 	if tk, ok = s.Lease(); !ok {
