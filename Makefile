@@ -3,7 +3,12 @@
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHSTAT   ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
-PKGS        := ./...
+# The library is the root module; the harness (bench, cmd/epbench,
+# internal/resultsdoc) and the linearizability check (internal/lincheck) are
+# modules of their own, joined by go.work, so that a program importing the
+# library gets none of their dependencies. The etcd module is built on its
+# own (GOWORK=off), as its users build it.
+PKGS        := ./... ./bench/... ./cmd/epbench/... ./internal/resultsdoc/... ./internal/lincheck/...
 RESULTS     ?= results
 
 .DEFAULT_GOAL := help
@@ -39,9 +44,9 @@ test-386: ## the core packages' tests as a 32-bit program
 
 .PHONY: test-etcd
 test-etcd: ## the etcd module (etcd/: the etcd directory, epmesh): vet, staticcheck and race tests against an embedded etcd it starts itself
-	cd etcd && $(GO) vet ./...
-	cd etcd && $(GO) run $(STATICCHECK) ./...
-	cd etcd && $(GO) test -race -count=1 ./...
+	cd etcd && GOWORK=off $(GO) vet ./...
+	cd etcd && GOWORK=off $(GO) run $(STATICCHECK) ./...
+	cd etcd && GOWORK=off $(GO) test -race -count=1 ./...
 
 .PHONY: bench-smoke
 bench-smoke: ## every benchmark once, so that none rots
@@ -61,9 +66,9 @@ HITTIME     ?= 200ms
 # every cell's runs over the whole measurement, interleaved with the others'.
 
 .PHONY: bench-hit
-bench-hit: ## the hit path, epcache called directly beside sync.Map and xsync v3, v4: GOMAXPROCS 1 and 2, 1,024 and 65,536 peers, 10 interleaved runs, benchstat (about 5 minutes)
+bench-hit: ## the hit path and the lease, epcache called directly beside sync.Map, xsync v3, v4, a mutex pool and a reference count: GOMAXPROCS 1 and 2, 10 interleaved runs, benchstat (about 8 minutes)
 	: > hit.out
-	for i in $$(seq $(HITCOUNT)); do $(GO) test -run '^$$' -bench 'BenchmarkHit$$' -benchmem -cpu 1,2 -benchtime $(HITTIME) -count 1 ./epcache >> hit.out || exit 1; done
+	for i in $$(seq $(HITCOUNT)); do $(GO) test -run '^$$' -bench 'Benchmark(Hit|Lease)$$' -benchmem -cpu 1,2 -benchtime $(HITTIME) -count 1 ./bench/direct >> hit.out || exit 1; done
 	$(GO) run $(BENCHSTAT) -col /impl hit.out
 
 .PHONY: bench-ci
@@ -84,13 +89,13 @@ results: ## the full measurement into results/: go test -cpu 1,2,4,8, 10 interle
 	  echo "go: $$($(GO) version)"; echo "date: $$(date -u '+%Y-%m-%d %H:%M UTC')"; \
 	  echo "commit: $$(git rev-parse --short HEAD 2>/dev/null)"; } > $(RESULTS)/machine.txt
 	printf '%s\n' \
-	  "for i in \$$(seq $(GOBENCH_RUNS)); do $(GO) test -run '^\$$' -bench . -benchmem -cpu 1,2,4,8 -count 1 -benchtime 100ms ./epcache ./shard ./bench >> $(RESULTS)/gobench.txt; done" \
+	  "for i in \$$(seq $(GOBENCH_RUNS)); do $(GO) test -run '^\$$' -bench . -benchmem -cpu 1,2,4,8 -count 1 -benchtime 100ms ./epcache ./shard ./bench ./bench/direct >> $(RESULTS)/gobench.txt; done" \
 	  "$(GO) run $(BENCHSTAT) -col /impl $(RESULTS)/gobench.txt > $(RESULTS)/benchstat.txt" \
 	  "$(GO) run ./cmd/epbench -count 5 -out $(RESULTS)/epbench" \
 	  "$(GO) run ./cmd/epbench $(RTT_RUNS) -count 5 -out $(RESULTS)/epbench-rtt" \
 	  "$(GO) run ./internal/resultsdoc -results $(RESULTS) -readme README.md" > $(RESULTS)/commands.txt
 	: > $(RESULTS)/gobench.txt
-	for i in $$(seq $(GOBENCH_RUNS)); do $(GO) test -run '^$$' -bench . -benchmem -cpu 1,2,4,8 -count 1 -benchtime 100ms ./epcache ./shard ./bench >> $(RESULTS)/gobench.txt || exit 1; done
+	for i in $$(seq $(GOBENCH_RUNS)); do $(GO) test -run '^$$' -bench . -benchmem -cpu 1,2,4,8 -count 1 -benchtime 100ms ./epcache ./shard ./bench ./bench/direct >> $(RESULTS)/gobench.txt || exit 1; done
 	$(GO) run $(BENCHSTAT) -col /impl $(RESULTS)/gobench.txt > $(RESULTS)/benchstat.txt
 	$(GO) run ./cmd/epbench -count 5 -out $(RESULTS)/epbench
 	$(GO) run ./cmd/epbench $(RTT_RUNS) -count 5 -out $(RESULTS)/epbench-rtt
@@ -115,7 +120,8 @@ fuzz-short: ## run each fuzz target for FUZZTIME (10s, or a count such as 20000x
 
 .PHONY: stress
 stress: ## the long campaigns (about 15 minutes): linearizability, faults, fuzzing for STRESS_FUZZTIME (3m), growth, a million peers
-	$(GO) test -race -count=1 -timeout 60m -run 'TestLinearizability|TestFault|TestStress' ./epcache -long
+	$(GO) test -race -count=1 -timeout 60m -run 'TestFault|TestStress' ./epcache -long
+	$(GO) test -race -count=1 -timeout 60m -run 'TestLinearizability' ./internal/lincheck -long
 	$(MAKE) fuzz-short FUZZTIME=$(STRESS_FUZZTIME)
 	$(GO) test -race -count=1 -timeout 30m -run 'TestConcurrentGrowthAndClaims|TestSealDuringRebuild|TestFlood|TestGrowthNeverBlocksReaders' ./shard
 	$(GO) test -count=1 -timeout 30m -run 'TestGrowthNeverBlocksReaders|TestMillionPeers' ./epcache ./shard

@@ -3,14 +3,11 @@ package epcache_test
 import (
 	"context"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/epcache/epcache/epcache"
-	xsync3 "github.com/puzpuzpuz/xsync/v3"
-	xsync4 "github.com/puzpuzpuz/xsync/v4"
 )
 
 // endpoint stands for a connection: values are pointers, as in a real
@@ -46,102 +43,6 @@ func benchUintKeys(n int) []uint64 {
 }
 
 var sink atomic.Pointer[endpoint]
-
-// BenchmarkHit measures the hit path (every peer ready, 100% reads) of
-// epcache beside sync.Map and xsync's maps, in one run, with each
-// implementation called directly (no interface or closure between the loop
-// and the call). Compare with `benchstat -col /impl`.
-//
-// Two sizes: 1,024 peers, whose table fits in the L1 and L2 caches, and
-// 65,536, whose does not. Get is called with a live, cancelable context, as
-// a request-scoped send passes (a hit never looks at it).
-func BenchmarkHit(b *testing.B) {
-	for _, peers := range []int{1024, 65536} {
-		benchHit(b, "uint64", peers, benchUintKeys(peers))
-		benchHit(b, "string", peers, benchStringKeys(peers))
-	}
-}
-
-func benchHit[K comparable](b *testing.B, keyName string, peers int, keys []K) {
-	eps := make([]*endpoint, len(keys))
-	for i := range eps {
-		eps[i] = &endpoint{peer: i}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(cancel)
-	mask := len(keys) - 1 // a power of two
-	name := func(impl string) string {
-		return "impl=" + impl + "/keys=" + keyName + "/peers=" + strconv.Itoa(peers)
-	}
-
-	b.Run(name("epcache"), func(b *testing.B) {
-		c := filledCache(b, keys, eps)
-		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
-			for i := first; pb.Next(); i++ {
-				last, _ = c.Get(ctx, keys[i&mask])
-			}
-			return last
-		})
-	})
-	// The hit with IdleTimeout and MaxEntries set (issue 12): an idle
-	// sweep every quarter second ages every value, whose next hit takes
-	// the slow path once; the cap holds every key, so nothing is evicted.
-	b.Run(name("epcache-lifecycle"), func(b *testing.B) {
-		c := filledCache(b, keys, eps, withLifecycle[K](len(keys)))
-		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
-			for i := first; pb.Next(); i++ {
-				last, _ = c.Get(ctx, keys[i&mask])
-			}
-			return last
-		})
-	})
-	b.Run(name("epcache-load"), func(b *testing.B) {
-		c := filledCache(b, keys, eps)
-		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
-			for i := first; pb.Next(); i++ {
-				last, _ = c.Load(keys[i&mask])
-			}
-			return last
-		})
-	})
-	b.Run(name("syncmap"), func(b *testing.B) {
-		var m sync.Map
-		for i, k := range keys {
-			m.Store(k, eps[i])
-		}
-		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
-			for i := first; pb.Next(); i++ {
-				v, _ := m.Load(keys[i&mask])
-				last = v.(*endpoint)
-			}
-			return last
-		})
-	})
-	b.Run(name("xsync"), func(b *testing.B) {
-		m := xsync3.NewMapOf[K, *endpoint]()
-		for i, k := range keys {
-			m.Store(k, eps[i])
-		}
-		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
-			for i := first; pb.Next(); i++ {
-				last, _ = m.Load(keys[i&mask])
-			}
-			return last
-		})
-	})
-	b.Run(name("xsync4"), func(b *testing.B) {
-		m := xsync4.NewMap[K, *endpoint]()
-		for i, k := range keys {
-			m.Store(k, eps[i])
-		}
-		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
-			for i := first; pb.Next(); i++ {
-				last, _ = m.Load(keys[i&mask])
-			}
-			return last
-		})
-	})
-}
 
 // withLifecycle sets IdleTimeout (a second: a sweep every 250 ms) and
 // MaxEntries (room for every key).
@@ -251,69 +152,4 @@ func BenchmarkIdleSweep(b *testing.B) {
 			perValue(b)
 		})
 	}
-}
-
-// BenchmarkLease measures Acquire and Release on a ready key beside Get, and
-// beside xsync v4's Map of entries with a hand-written reference count (a
-// Load and two atomic adds, none of the checks a real lease needs), in one
-// run, at 1,024 peers. Above GOMAXPROCS 1 a lease, unlike a Get, writes a
-// cache line that other goroutines' leases of the same peer write too.
-func BenchmarkLease(b *testing.B) {
-	keys := benchUintKeys(1024)
-	eps := make([]*endpoint, len(keys))
-	for i := range eps {
-		eps[i] = &endpoint{peer: i}
-	}
-	ctx := context.Background()
-	mask := len(keys) - 1
-	b.Run("impl=epcache-get", func(b *testing.B) {
-		c := filledCache(b, keys, eps)
-		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
-			for i := first; pb.Next(); i++ {
-				last, _ = c.Get(ctx, keys[i&mask])
-			}
-			return last
-		})
-	})
-	b.Run("impl=epcache", func(b *testing.B) {
-		c := filledCache(b, keys, eps)
-		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
-			for i := first; pb.Next(); i++ {
-				l, _ := c.Acquire(ctx, keys[i&mask])
-				last = l.Value()
-				l.Release()
-			}
-			return last
-		})
-	})
-	b.Run("impl=epcache-lifecycle", func(b *testing.B) {
-		c := filledCache(b, keys, eps, withLifecycle[uint64](len(keys)))
-		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
-			for i := first; pb.Next(); i++ {
-				l, _ := c.Acquire(ctx, keys[i&mask])
-				last = l.Value()
-				l.Release()
-			}
-			return last
-		})
-	})
-	b.Run("impl=xsync4rc", func(b *testing.B) {
-		type entry struct {
-			ep   *endpoint
-			refs atomic.Int64
-		}
-		m := xsync4.NewMap[uint64, *entry]()
-		for i, k := range keys {
-			m.Store(k, &entry{ep: eps[i]})
-		}
-		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
-			for i := first; pb.Next(); i++ {
-				e, _ := m.Load(keys[i&mask])
-				e.refs.Add(1)
-				last = e.ep
-				e.refs.Add(-1)
-			}
-			return last
-		})
-	})
 }

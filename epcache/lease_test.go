@@ -708,7 +708,7 @@ func TestOfferAnsweredCreationsAcrossRebuilds(t *testing.T) {
 			// New keys: each insertion may rebuild the shard, which
 			// drops the Empty slots the Invalidates leave behind.
 			for i := 1; !stop.Load(); i++ {
-				k := g<<40 | i
+				k := g*1_000_000_000 + i
 				if _, err := c.Get(bg, k); err != nil {
 					panic(err)
 				}

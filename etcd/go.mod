@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/epcache/epcache v0.0.0
+	github.com/epcache/epcache/bench v0.0.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3
@@ -75,4 +76,7 @@ require (
 
 // This module lives in epcache's repository and is built against the
 // epcache beside it.
-replace github.com/epcache/epcache => ../
+replace (
+	github.com/epcache/epcache => ../
+	github.com/epcache/epcache/bench => ../bench
+)

@@ -1,6 +1,8 @@
 // Package modcheck holds a test of the module graph: a program that
-// imports epcache must not get etcd or gRPC, which only the separate
-// module github.com/epcache/epcache/etcd needs.
+// imports the library's packages (epcache, shard, transport/tcp,
+// transport/directory) must get none of the modules that only the harness,
+// its charts and report, the tests of other modules or the optional modules
+// (etcd, gRPC, metrics) need.
 package modcheck
 
 import (
@@ -11,7 +13,16 @@ import (
 	"testing"
 )
 
-func TestImportingEpcacheBringsNoEtcdOrGRPC(t *testing.T) {
+// forbidden are module path prefixes that must not appear in the module
+// graph of a program importing only the library.
+var forbidden = []string{
+	"github.com/chromedp/", "gonum.org/", "github.com/maypok86/otter", "github.com/puzpuzpuz/xsync",
+	"github.com/hashicorp/golang-lru", "github.com/HdrHistogram/", "github.com/schollz/progressbar",
+	"github.com/anishathalye/porcupine", "go.etcd.io/", "google.golang.org/grpc", "github.com/grafana/",
+	"github.com/prometheus/", "go.opentelemetry.io/",
+}
+
+func TestImportingTheLibraryBringsNoHarnessModule(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the go command")
 	}
@@ -32,6 +43,15 @@ import (
 	"context"
 
 	"github.com/epcache/epcache/epcache"
+	"github.com/epcache/epcache/shard"
+	"github.com/epcache/epcache/transport/directory"
+	"github.com/epcache/epcache/transport/tcp"
+)
+
+var (
+	_ *shard.Table[int, int]
+	_ directory.Interface
+	_ *tcp.Peer
 )
 
 func main() {
@@ -58,11 +78,12 @@ func main() {
 		return string(out)
 	}
 	run("mod", "tidy")
+	run("build", "-o", os.DevNull, ".") // the program is real
 	mods := run("list", "-m", "all")
-	for _, bad := range []string{"go.etcd.io/", "google.golang.org/grpc"} {
+	for _, bad := range forbidden {
 		if strings.Contains(mods, bad) {
-			t.Errorf("a program importing only epcache has %s in go list -m all:\n%s", bad, mods)
+			t.Errorf("a program importing only the library has %s in go list -m all:\n%s", bad, mods)
 		}
 	}
-	t.Logf("go list -m all of a program importing only epcache:\n%s", mods)
+	t.Logf("go list -m all of a program importing only the library:\n%s", mods)
 }

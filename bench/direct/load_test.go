@@ -1,6 +1,7 @@
-package shard_test
+package direct_test
 
 import (
+	"context"
 	"strconv"
 	"testing"
 
@@ -8,7 +9,14 @@ import (
 	xsync4 "github.com/puzpuzpuz/xsync/v4"
 )
 
-type endpoint struct{ peer int }
+// publish makes v the ready value of key in t.
+func publish[K comparable, V any](b *testing.B, t *shard.Table[K, V], key K, v V) {
+	s := t.LoadOrInsert(key)
+	claim, _, ok := s.Claim(s.State(), context.Background())
+	if !ok || !t.Publish(s, claim, v) {
+		b.Fatalf("publishing %v", key)
+	}
+}
 
 func benchLoad[K comparable](b *testing.B, keys []K) {
 	t, _ := shard.New[K, *endpoint](shard.Options[K]{})

@@ -1,4 +1,4 @@
-package epcache_test
+package lincheck_test
 
 import (
 	"cmp"
