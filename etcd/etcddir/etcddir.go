@@ -333,19 +333,27 @@ func (d *Directory) Publish(peer int, addr string) error {
 	return nil
 }
 
-// put grants a lease and stores p's address under it.
+// put grants a lease and stores p's address under it. A lease that expired
+// before the put reached etcd (TTL passed between the two requests, on a
+// busy machine) is granted again: only Timeout ends the attempts.
 func (d *Directory) put(ctx context.Context, peer int, p *publication) error {
 	rctx, cancel := context.WithTimeout(ctx, d.opts.Timeout)
 	defer cancel()
-	lease, err := d.opts.Client.Grant(rctx, int64((d.opts.TTL+time.Second-1)/time.Second))
-	if err != nil {
-		return fmt.Errorf("etcddir: publishing peer %d: granting a lease from etcd at %v: %w", peer, d.opts.Client.Endpoints(), err)
+	for {
+		lease, err := d.opts.Client.Grant(rctx, int64((d.opts.TTL+time.Second-1)/time.Second))
+		if err != nil {
+			return fmt.Errorf("etcddir: publishing peer %d: granting a lease from etcd at %v: %w", peer, d.opts.Client.Endpoints(), err)
+		}
+		_, err = d.opts.Client.Put(rctx, d.key(peer), p.addr, clientv3.WithLease(lease.ID))
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("etcddir: publishing peer %d: %w", peer, err)
+		}
+		p.lease.Store(int64(lease.ID))
+		return nil
 	}
-	if _, err := d.opts.Client.Put(rctx, d.key(peer), p.addr, clientv3.WithLease(lease.ID)); err != nil {
-		return fmt.Errorf("etcddir: publishing peer %d: %w", peer, err)
-	}
-	p.lease.Store(int64(lease.ID))
-	return nil
 }
 
 // keepAlive keeps p's lease alive until ctx ends, and publishes p again

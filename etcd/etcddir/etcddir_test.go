@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,10 +28,18 @@ func server(t *testing.T) *etcdtest.Server {
 	return s
 }
 
-// client is one process's connection to etcd.
+// patience bounds every wait of these tests and every request of their
+// directories and clients: it only detects a hang, so that no outcome
+// depends on how busy the machine is. The tests that exercise a timeout or
+// a TTL set their own, short, where nothing else depends on it.
+const patience = 2 * time.Minute
+
+// client is one process's connection to etcd. DialTimeout also bounds the
+// wait for a lease's first keep-alive, after which the client gives the
+// lease up and etcddir publishes again.
 func client(t *testing.T, url string) *clientv3.Client {
 	t.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 2 * time.Second})
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: patience})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,9 +47,11 @@ func client(t *testing.T, url string) *clientv3.Client {
 	return c
 }
 
+// open opens a directory whose leases outlast the test: a live process
+// never loses its address to a keep-alive that a busy machine delayed.
 func open(t *testing.T, c *clientv3.Client, opt func(*etcddir.Options)) *etcddir.Directory {
 	t.Helper()
-	o := etcddir.Options{Client: c, Prefix: "/test/" + t.Name() + "/", Size: 4, TTL: time.Second, Timeout: 2 * time.Second}
+	o := etcddir.Options{Client: c, Prefix: "/test/" + t.Name() + "/", Size: 4, TTL: time.Hour, Timeout: patience}
 	if opt != nil {
 		opt(&o)
 	}
@@ -51,15 +63,40 @@ func open(t *testing.T, c *clientv3.Client, opt func(*etcddir.Options)) *etcddir
 	return d
 }
 
-// eventually polls cond until it holds or 10 s pass: a bound on how long a
-// change may take to propagate, not a measurement.
+// eventually polls cond until it holds; the limit only detects a hang.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(patience); !cond(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
+			t.Fatalf("%s: not within %v", what, patience)
 		}
 	}
+}
+
+// silentLease is a client's Lease that never sends a keep-alive: a lease
+// granted through it expires TTL after its grant, as a dead process's
+// does, however late the process would have sent its keep-alives.
+type silentLease struct{ clientv3.Lease }
+
+func (silentLease) KeepAlive(ctx context.Context, _ clientv3.LeaseID) (<-chan *clientv3.LeaseKeepAliveResponse, error) {
+	ch := make(chan *clientv3.LeaseKeepAliveResponse)
+	context.AfterFunc(ctx, func() { close(ch) })
+	return ch, nil
+}
+
+// patientOpen is a client's KV whose first read, the one Open makes, waits
+// for etcd however long it takes; every later request keeps the
+// directory's Timeout.
+type patientOpen struct {
+	clientv3.KV
+	opened atomic.Bool
+}
+
+func (k *patientOpen) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if !k.opened.Swap(true) {
+		ctx = context.WithoutCancel(ctx)
+	}
+	return k.KV.Get(ctx, key, opts...)
 }
 
 func lookupIs(d *etcddir.Directory, peer int, want string) func() bool {
@@ -101,51 +138,61 @@ func TestPublishLookupUnpublish(t *testing.T) {
 	}
 }
 
-// A process that dies without a word (its client stops, as under SIGKILL)
-// leaves the directory when its lease expires; when it comes back and
-// publishes again, the watchers hear of it.
+// A process that dies without a word (no keep-alive reaches etcd, then its
+// client stops, as under SIGKILL) leaves the directory when its lease
+// expires; when it comes back and publishes again, the watchers hear of it.
+// The dying process's lease is short and nothing else in the test waits on
+// it: its keep-alives never run, so none can come late and publish it
+// again, and the watcher records what its Lookup answers when the watch
+// tells of an address, however soon the lease expires after.
 func TestDeadProcessLeavesAndComesBack(t *testing.T) {
 	s := server(t)
 	watcher := open(t, client(t, s.URL()), nil)
 	var mu sync.Mutex
 	var heard []string
 	stop := watcher.Watch(func(peer int, addr string) {
+		got, err := watcher.Lookup(peer)
 		mu.Lock()
-		heard = append(heard, fmt.Sprintf("%d=%s", peer, addr))
+		heard = append(heard, fmt.Sprintf("%d=%s (Lookup %s, %v)", peer, addr, got, err))
 		mu.Unlock()
 	})
 	defer stop()
+	heardSoFar := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(heard)
+	}
 
 	dying := client(t, s.URL())
-	d, err := etcddir.Open(context.Background(), etcddir.Options{Client: dying, Prefix: "/test/" + t.Name() + "/", Size: 4, TTL: time.Second})
+	dying.Lease = silentLease{dying.Lease}
+	d, err := etcddir.Open(context.Background(), etcddir.Options{Client: dying, Prefix: "/test/" + t.Name() + "/", Size: 4, TTL: time.Second, Timeout: patience})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Publish(2, "127.0.0.1:7002"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the watcher sees the address", lookupIs(watcher, 2, "127.0.0.1:7002"))
-	dying.Close() // no revoke, no delete: the keep-alives just stop
-	start := time.Now()
+	published := time.Now()
+	dying.Close() // no revoke, no delete
 	eventually(t, "the lease expires", func() bool {
 		_, err := watcher.Lookup(2)
 		var np *directory.NotPublishedError
 		return errors.As(err, &np) && np.Withdrawn
 	})
-	t.Logf("the dead process left the directory %v after its client stopped (TTL 1s)", time.Since(start).Round(time.Millisecond))
+	t.Logf("the dead process left the directory %v after it published (lease TTL 1s)", time.Since(published).Round(time.Millisecond))
 	d.Close()
+	// The watch applies the put before the delete, and tells of it first.
+	if h := heardSoFar(); len(h) != 1 || h[0] != "2=127.0.0.1:7002 (Lookup 127.0.0.1:7002, <nil>)" {
+		t.Fatalf("before the restart, the watcher heard %q; want peer 2's address once, Lookup answering it", h)
+	}
 
 	back := open(t, client(t, s.URL()), nil)
 	if err := back.Publish(2, "127.0.0.1:7102"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the watcher hears of the restart", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(heard) == 2 && heard[1] == "2=127.0.0.1:7102"
-	})
-	if heard[0] != "2=127.0.0.1:7002" {
-		t.Fatalf("watcher heard %v", heard)
+	eventually(t, "the watcher hears of the restart", func() bool { return len(heardSoFar()) == 2 })
+	if h := heardSoFar(); h[1] != "2=127.0.0.1:7102 (Lookup 127.0.0.1:7102, <nil>)" {
+		t.Fatalf("after the restart, the watcher heard %q", h)
 	}
 }
 
@@ -213,26 +260,32 @@ func TestOpenErrors(t *testing.T) {
 }
 
 // etcd restarted mid-run: while it is away, Publish fails with a clear
-// error and Lookup answers from the mirror; once it is back, the watch
-// resumes and the publications are there.
+// error (once Timeout has passed) and Lookup answers from the mirror; once
+// it is back, the watch resumes and the publications are there. The short
+// Timeout is hasty's alone, and only its Publish with etcd away depends on
+// it: that one fails however slow the machine.
 func TestEtcdRestart(t *testing.T) {
 	s, err := etcdtest.Start("")
 	if err != nil {
 		t.Fatal(err)
 	}
 	url := s.URL()
-	a := open(t, client(t, url), func(o *etcddir.Options) { o.Timeout = 500 * time.Millisecond; o.TTL = 10 * time.Second })
-	b := open(t, client(t, url), func(o *etcddir.Options) { o.Timeout = 500 * time.Millisecond })
+	ca, cb, ch := client(t, url), client(t, url), client(t, url)
+	a := open(t, ca, nil)
+	b := open(t, cb, nil)
+	ch.KV = &patientOpen{KV: ch.KV}
+	hasty := open(t, ch, func(o *etcddir.Options) { o.Timeout = 500 * time.Millisecond })
 	if err := a.Publish(0, "127.0.0.1:7000"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "b sees a", lookupIs(b, 0, "127.0.0.1:7000"))
 
 	s.Stop()
-	if err := b.Publish(1, "127.0.0.1:7001"); err == nil {
+	start := time.Now()
+	if err := hasty.Publish(1, "127.0.0.1:7001"); err == nil {
 		t.Fatal("Publish with etcd away succeeded")
 	} else {
-		t.Logf("etcd away: %v", err)
+		t.Logf("etcd away: %v (after %v)", err, time.Since(start).Round(time.Millisecond))
 	}
 	if got, err := b.Lookup(0); err != nil || got != "127.0.0.1:7000" {
 		t.Fatalf("Lookup with etcd away: %q, %v; want the mirror's address", got, err)
@@ -242,7 +295,18 @@ func TestEtcdRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s2.Close()
+	// Cleanups run last registered first: this one closes the directories
+	// while etcd still answers their revokes, then the clients (etcd waits
+	// for their streams to end when it stops), then etcd.
+	t.Cleanup(func() {
+		for _, d := range []*etcddir.Directory{a, b, hasty} {
+			d.Close()
+		}
+		for _, c := range []*clientv3.Client{ca, cb, ch} {
+			c.Close()
+		}
+		s2.Close()
+	})
 	eventually(t, "b publishes once etcd is back", func() bool { return b.Publish(1, "127.0.0.1:7001") == nil })
 	eventually(t, "a's watch resumes", lookupIs(a, 1, "127.0.0.1:7001"))
 	if got, err := b.Lookup(0); err != nil || got != "127.0.0.1:7000" {

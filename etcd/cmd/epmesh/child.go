@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -31,6 +32,7 @@ type child struct {
 	dir     *etcddir.Directory // the tcp.Peers' addresses
 	raw     *etcddir.Directory // the storm's listeners; nil before opRawListen; guarded by mu
 	watchAt []atomic.Int64     // per peer: Unix ns of the last new address dir's watch told of
+	news    []atomic.Int64     // per peer: the new addresses dir's watch told of
 	stop    func()             // ends dir's watch
 
 	peer     atomic.Pointer[tcp.Peer]
@@ -122,8 +124,9 @@ func (c *child) init(ctx context.Context, req request) (any, error) {
 	c.args = *req.Init
 	a := c.args
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   a.Endpoints,
-		DialTimeout: 5 * time.Second,
+		Endpoints: a.Endpoints,
+		// It also bounds the wait for a lease's first keep-alive.
+		DialTimeout: cmp.Or(a.StepTimeout, 5*time.Second),
 		Logger:      zap.NewNop(), // a killed peer's lease makes the client complain: not our business
 	})
 	if err != nil {
@@ -131,13 +134,14 @@ func (c *child) init(ctx context.Context, req request) (any, error) {
 	}
 	c.cli = cli
 	c.dir, err = etcddir.Open(ctx, etcddir.Options{
-		Client: cli, Prefix: a.Prefix + dirTCP + "/", Size: a.N, TTL: a.TTL, Validate: validateHostPort,
+		Client: cli, Prefix: a.Prefix + dirTCP + "/", Size: a.N, TTL: a.TTL, Timeout: a.StepTimeout, Validate: validateHostPort,
 	})
 	if err != nil {
 		cli.Close()
 		return nil, err
 	}
 	c.watchAt = make([]atomic.Int64, a.N)
+	c.news = make([]atomic.Int64, a.N)
 	c.stop = c.dir.Watch(c.onWatch)
 	return initReply{PID: os.Getpid(), Forget: canForget()}, nil
 }
@@ -146,6 +150,7 @@ func (c *child) init(ctx context.Context, req request) (any, error) {
 // new address: a peer starting, or one back from the dead.
 func (c *child) onWatch(peer int, _ string) {
 	c.watchAt[peer].Store(time.Now().UnixNano()) // tcp.Peer's own watch forgets the peer's failure
+	c.news[peer].Add(1)
 }
 
 func validateHostPort(addr string) error {
@@ -202,7 +207,7 @@ func (c *child) handle(ctx context.Context, req request) (any, error) {
 	case opProbe:
 		return c.probe(ctx, p, req), nil
 	case opClose:
-		return c.close(ctx, p)
+		return c.close(ctx, p, req.Timeout)
 	}
 	return nil, fmt.Errorf("unknown operation %q", req.Op)
 }
@@ -212,7 +217,10 @@ func (c *child) listen() (any, error) {
 		return nil, errors.New("listen twice")
 	}
 	c.baseFDs = openFDs()
-	p, err := tcp.Listen(tcp.Config{ID: c.args.ID, Directory: c.dir, ErrorTTL: c.args.ErrorTTL})
+	p, err := tcp.Listen(tcp.Config{
+		ID: c.args.ID, Directory: c.dir, ErrorTTL: c.args.ErrorTTL,
+		CreateTimeout: c.args.StepTimeout, HandshakeTimeout: c.args.StepTimeout,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -329,17 +337,31 @@ func (c *child) await(ctx context.Context, req request) awaitReply {
 	}
 }
 
+// hammer sends to req.Peer, which the parent kills meanwhile, from req.G
+// goroutines, until it has what it came for: a failed Send, a Send
+// answered by the remembered failure (ErrorTTL), and req.Dur of sending
+// since the first failure. It ends on none of these by itself, however
+// late the kill or slow the machine; req.Timeout only detects a hang.
 func (c *child) hammer(ctx context.Context, p *tcp.Peer, req request) hammerReply {
 	before := p.Stats()
-	end := time.Now().Add(req.Dur)
+	news := c.news[req.Peer].Load()
+	start := time.Now()
+	deadline := start.Add(req.Timeout)
 	var (
-		mu sync.Mutex
-		r  = hammerReply{Kinds: map[string]int64{}}
-		wg sync.WaitGroup
+		mu        sync.Mutex
+		r         = hammerReply{Kinds: map[string]int64{}}
+		firstFail time.Time // guarded by mu; zero: no failure yet
+		wg        sync.WaitGroup
 	)
+	done := func() bool {
+		mu.Lock()
+		f := firstFail
+		mu.Unlock()
+		return !f.IsZero() && time.Since(f) >= req.Dur && p.Stats().Cache.ErrorHits > before.Cache.ErrorHits
+	}
 	for range max(req.G, 1) {
 		wg.Go(func() {
-			for time.Now().Before(end) && ctx.Err() == nil {
+			for ctx.Err() == nil && time.Now().Before(deadline) && !done() {
 				sctx, cancel := context.WithTimeout(ctx, req.SendTimeout)
 				t0 := time.Now()
 				err := p.Send(sctx, req.Peer, payload(phaseHammer, c.args.ID, 0))
@@ -356,6 +378,7 @@ func (c *child) hammer(ctx context.Context, p *tcp.Peer, req request) hammerRepl
 					}
 					if r.FirstFailure == 0 {
 						r.FirstFailure = t0.Add(d).UnixNano()
+						firstFail = t0.Add(d)
 					}
 					r.MaxFailed = max(r.MaxFailed, d)
 					r.LastErr = err.Error()
@@ -370,9 +393,15 @@ func (c *child) hammer(ctx context.Context, p *tcp.Peer, req request) hammerRepl
 		})
 	}
 	wg.Wait()
+	r.Elapsed = time.Since(start)
 	after := p.Stats()
 	r.DialAttempts = after.DialAttempts - before.DialAttempts
 	r.ErrorHits = after.Cache.ErrorHits - before.Cache.ErrorHits
+	// Watch and its stop wait for a notification under way, so that news
+	// which made tcp.Peer forget the failure (its watch and onWatch are
+	// told in turn) is counted.
+	c.dir.Watch(func(int, string) {})()
+	r.News = c.news[req.Peer].Load() - news
 	return r
 }
 
@@ -434,11 +463,13 @@ func (c *child) probe(ctx context.Context, p *tcp.Peer, req request) probeReply 
 	return r
 }
 
-func (c *child) close(ctx context.Context, p *tcp.Peer) (any, error) {
+// close closes the peer and waits, up to timeout, for the descriptors it
+// held to be given back.
+func (c *child) close(ctx context.Context, p *tcp.Peer, timeout time.Duration) (any, error) {
 	err := p.Close()
 	<-c.recvDone
 	r := closeReply{Stats: p.Stats()}
-	r.FDs = c.settle(ctx, c.baseFDs, 5*time.Second).FDs
+	r.FDs = c.settle(ctx, c.baseFDs, timeout).FDs
 	return r, err
 }
 
@@ -589,7 +620,7 @@ func (c *child) rawListen(ctx context.Context) (any, error) {
 	}
 	if c.raw == nil {
 		d, err := etcddir.Open(ctx, etcddir.Options{
-			Client: c.cli, Prefix: c.args.Prefix + dirRaw + "/", Size: c.args.N, TTL: c.args.TTL, Validate: validateHostPort,
+			Client: c.cli, Prefix: c.args.Prefix + dirRaw + "/", Size: c.args.N, TTL: c.args.TTL, Timeout: c.args.StepTimeout, Validate: validateHostPort,
 		})
 		if err != nil {
 			return nil, err

@@ -107,6 +107,13 @@ type options struct {
 	out         string
 	timeout     time.Duration
 	sendTimeout time.Duration
+	stepTimeout time.Duration
+
+	// liveTTL is the lease TTL of every process the run does not kill
+	// (faults' survivors and restarted process, every process of mesh and
+	// storm); 0: ttl. Tests make it outlast the run, so that no live
+	// process depends on its keep-alives arriving within ttl.
+	liveTTL time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -126,8 +133,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Var(rtts, "rtt", "storm: modelled network delay, paid once per endpoint before its dial (as epbench's tcpstorm), such as 0,5ms")
 	fs.IntVar(&o.count, "count", 3, "storm: runs of each comparator and rtt; tables show medians")
 	fs.DurationVar(&o.ttl, "ttl", 2*time.Second, "lease TTL of each process's address in etcd: a killed process leaves the directory this long after its last keep-alive (at least 1s)")
+	fs.DurationVar(&o.stepTimeout, "step-timeout", 0, "bound on each etcd request and each connection attempt of the processes (etcddir's Timeout, tcp's CreateTimeout and HandshakeTimeout); 0: those packages' defaults")
 	fs.DurationVar(&o.errorTTL, "error-ttl", 30*time.Second, "tcp.Config.ErrorTTL: how long a failed connection is the answer for its peer")
-	fs.DurationVar(&o.hammer, "hammer", 1500*time.Millisecond, "faults: how long the others go on sending to the killed process")
+	fs.DurationVar(&o.hammer, "hammer", 1500*time.Millisecond, "faults: how long the others go on sending to the killed process once their sends fail")
 	fs.StringVar(&etcd, "etcd", "", "etcd client URLs, comma-separated; empty: start an embedded etcd on loopback")
 	fs.StringVar(&o.prefix, "prefix", "", "etcd key prefix of this invocation, ending in /; empty: /epmesh/<random>/")
 	fs.BoolVar(&o.json, "json", false, "print one JSON document instead of tables")
@@ -159,6 +167,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, usageError{fmt.Errorf("-ttl %v: want at least 1s (etcd counts leases in seconds)", o.ttl)}
 	case o.errorTTL <= 0:
 		return o, usageError{fmt.Errorf("-error-ttl %v: want a positive duration", o.errorTTL)}
+	case o.stepTimeout < 0:
+		return o, usageError{fmt.Errorf("-step-timeout %v: want 0 (the packages' defaults) or a positive duration", o.stepTimeout)}
 	case o.hammer <= 0 || o.timeout <= 0 || o.sendTimeout <= 0:
 		return o, usageError{errors.New("-hammer, -timeout and -send-timeout must be positive")}
 	case o.prefix != "" && !strings.HasSuffix(o.prefix, "/"):

@@ -96,7 +96,7 @@ func runMesh(ctx context.Context, e *env, n int) (MeshResult, error) {
 	res := MeshResult{Processes: n, Goroutines: o.g, Messages: o.m, Pairs: n * (n - 1) / 2,
 		Expected: int64(n * (n - 1) * o.m)}
 	t0 := time.Now()
-	set, err := e.start(ctx, "mesh", n)
+	set, err := e.start(ctx, "mesh", n, -1)
 	if err != nil {
 		return res, err
 	}
@@ -140,7 +140,7 @@ func runMesh(ctx context.Context, e *env, n int) (MeshResult, error) {
 		res.Duplicates += a.Duplicates
 	}
 
-	pc, stats, err := settlePairs(ctx, set.procs, ids, addrs(listens))
+	pc, stats, err := settlePairs(ctx, set.procs, ids, addrs(listens), o.timeout)
 	if err != nil {
 		return res, err
 	}
@@ -158,7 +158,7 @@ func runMesh(ctx context.Context, e *env, n int) (MeshResult, error) {
 		res.Offers += st.Cache.Offers
 	}
 
-	closes, err := callAll[closeReply](ctx, set.procs, func(*proc) request { return request{Op: opClose} })
+	closes, err := callAll[closeReply](ctx, set.procs, func(*proc) request { return request{Op: opClose, Timeout: o.timeout} })
 	if err != nil {
 		return res, err
 	}
@@ -254,10 +254,10 @@ type pairState struct {
 
 // settlePairs reads every process's counters and sockets until the sockets
 // show one connection per pair and the counters two open ends per pair, or
-// 5 s have passed (a duplicate's ends close on their own time), and
+// timeout has passed (a duplicate's ends close on their own time), and
 // returns the last reading.
-func settlePairs(ctx context.Context, procs []*proc, ids []int, listeners []string) (pairState, []statsReply, error) {
-	deadline := time.Now().Add(5 * time.Second)
+func settlePairs(ctx context.Context, procs []*proc, ids []int, listeners []string, timeout time.Duration) (pairState, []statsReply, error) {
+	deadline := time.Now().Add(timeout)
 	for {
 		stats, err := callAll[statsReply](ctx, procs, func(*proc) request { return request{Op: opStats} })
 		if err != nil {

@@ -66,10 +66,10 @@ func writeFaults(w io.Writer, r FaultsResult) error {
 		r.Processes, r.Victim, r.Processes-1, r.Senders, r.TTL, r.ErrorTTL)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(step, result string) { fmt.Fprintf(tw, "  %s\t%s\n", step, result) }
-	row("sends to the killed process", fmt.Sprintf("%d in %v, %d failed, %d hung; slowest failure %s; every survivor failing %s after the kill",
-		r.Sends, preKill+r.Hammer, r.Failed, r.Hung, dur(r.MaxFailed), dur(r.FirstError)))
+	row("sends to the killed process", fmt.Sprintf("%d in %v (%v after each survivor's first failure), %d failed, %d hung; slowest failure %s; every survivor failing %s after the kill",
+		r.Sends, dur(r.HammerTook), dur(r.Hammer), r.Failed, r.Hung, dur(r.MaxFailed), dur(r.FirstError)))
 	row("errors", kinds(r.Kinds)+"; last: "+r.LastError)
-	row("dial attempts to it, per survivor", fmt.Sprintf("%v (ErrorTTL bound %d); %d sends answered by the remembered failure", r.DialAttempts, r.DialBound, r.ErrorHits))
+	row("dial attempts to it, per survivor", fmt.Sprintf("%v (ErrorTTL bounds %v); %d sends answered by the remembered failure", r.DialAttempts, r.DialBound, r.ErrorHits))
 	row("survivors among themselves", fmt.Sprintf("%d of %d messages delivered", r.SurvivorsDelivered, r.SurvivorsExpected))
 	row("lookups say withdrawn, after the kill", durs(r.Withdrawn)+": "+r.LookupError)
 	row("restarted", fmt.Sprintf("pid %d, %s (was %s), published %s after it started", r.NewPID, r.NewAddr, r.OldAddr, dur(r.Restart)))

@@ -196,8 +196,10 @@ type env struct {
 }
 
 // start starts n children for a run of scenario, each with its own
-// prefix-unique id, and initialises them, all at once.
-func (e *env) start(ctx context.Context, scenario string, n int) (*procSet, error) {
+// prefix-unique id, and initialises them, all at once. The process victim
+// (-1: none), which the run will kill, has leases of o.ttl; the others of
+// o.liveTTL.
+func (e *env) start(ctx context.Context, scenario string, n, victim int) (*procSet, error) {
 	e.mu.Lock()
 	e.runs++
 	prefix := fmt.Sprintf("%s%s-%d-n%d/", e.o.prefix, scenario, e.runs, n)
@@ -208,7 +210,11 @@ func (e *env) start(ctx context.Context, scenario string, n int) (*procSet, erro
 	var wg sync.WaitGroup
 	for id := range n {
 		wg.Go(func() {
-			p, ir, err := spawn(ctx, e.self, e.stderr, s.args(id))
+			a := s.args(id)
+			if id == victim {
+				a.TTL = e.o.ttl
+			}
+			p, ir, err := spawn(ctx, e.self, e.stderr, a)
 			s.procs[id], forget[id], errs[id] = p, ir.Forget, err
 		})
 	}
@@ -221,12 +227,18 @@ func (e *env) start(ctx context.Context, scenario string, n int) (*procSet, erro
 	return s, nil
 }
 
+// args are the arguments of process id, a process the run does not kill.
 func (s *procSet) args(id int) initArgs {
 	o := s.env.o
-	return initArgs{Endpoints: s.env.endpoints, Prefix: s.prefix, ID: id, N: s.n, TTL: o.ttl, ErrorTTL: o.errorTTL}
+	ttl := o.liveTTL
+	if ttl == 0 {
+		ttl = o.ttl
+	}
+	return initArgs{Endpoints: s.env.endpoints, Prefix: s.prefix, ID: id, N: s.n, TTL: ttl, ErrorTTL: o.errorTTL, StepTimeout: o.stepTimeout}
 }
 
-// respawn starts a new process for id, in place of one that died.
+// respawn starts a new process for id, in place of one that died; the run
+// does not kill it.
 func (s *procSet) respawn(ctx context.Context, id int) (*proc, error) {
 	p, _, err := spawn(ctx, s.env.self, s.env.stderr, s.args(id))
 	if err != nil {
@@ -249,7 +261,7 @@ func (s *procSet) close() error {
 			continue // killed on purpose, or already stopped
 		default:
 		}
-		wg.Go(func() { errs[i] = p.stop(15 * time.Second) })
+		wg.Go(func() { errs[i] = p.stop(s.env.o.timeout) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

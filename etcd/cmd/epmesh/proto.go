@@ -28,7 +28,7 @@ const (
 	opSend      = "send"      // M messages to each of To, G goroutines (sendReply)
 	opAwait     = "await"     // wait for M messages of Phase from each of To (awaitReply)
 	opStats     = "stats"     // counters, sockets, descriptors (statsReply)
-	opHammer    = "hammer"    // send to Peer from G goroutines for Dur (hammerReply)
+	opHammer    = "hammer"    // send to Peer from G goroutines until Dur after the first failure (hammerReply)
 	opWithdrawn = "withdrawn" // wait until Lookup(Peer) says withdrawn (withdrawnReply)
 	opProbe     = "probe"     // send to Peer until one Send succeeds (probeReply)
 	opClose     = "close"     // close the tcp.Peer, count descriptors (closeReply)
@@ -73,6 +73,9 @@ type initArgs struct {
 	N         int           `json:"n"`
 	TTL       time.Duration `json:"ttl"`       // etcddir lease TTL
 	ErrorTTL  time.Duration `json:"error_ttl"` // tcp.Config.ErrorTTL
+	// StepTimeout is etcddir's Options.Timeout and tcp's CreateTimeout and
+	// HandshakeTimeout; 0: their defaults.
+	StepTimeout time.Duration `json:"step_timeout,omitempty"`
 }
 
 // reply answers a request; Data is the operation's reply, Err says why it
@@ -122,6 +125,8 @@ type statsReply struct {
 
 type hammerReply struct {
 	Sends, OK, Failed int64
+	// Elapsed is how long the hammer ran.
+	Elapsed time.Duration
 	// Hung counts Sends that ended only because their SendTimeout did.
 	Hung int64
 	// MaxFailed is the longest a failed Send took.
@@ -131,6 +136,9 @@ type hammerReply struct {
 	Kinds        map[string]int64 // failures by kind of error
 	DialAttempts uint64           // tcp.Stats.DialAttempts during the run
 	ErrorHits    uint64           // epcache.Stats.ErrorHits during the run: Sends the remembered failure answered
+	// News counts the new addresses of Peer the directory's watch told of
+	// during the run: each makes tcp.Peer forget a remembered failure.
+	News int64
 }
 
 type withdrawnReply struct {

@@ -48,7 +48,7 @@ type StormResult struct {
 // trip, o.count times each, the comparators taking turns.
 func runStorm(ctx context.Context, e *env, n int) ([]StormResult, error) {
 	o := e.o
-	set, err := e.start(ctx, "storm", n)
+	set, err := e.start(ctx, "storm", n, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func runStorm(ctx context.Context, e *env, n int) ([]StormResult, error) {
 					}
 				}
 				settled, err := callAll[settleReply](ctx, set.procs, func(p *proc) request {
-					return request{Op: opSettle, FDs: before[p.id].FDs, Accepted: accepted[p.id], Timeout: 5 * time.Second}
+					return request{Op: opSettle, FDs: before[p.id].FDs, Accepted: accepted[p.id], Timeout: o.timeout}
 				})
 				if err != nil {
 					return out, err
