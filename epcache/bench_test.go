@@ -44,14 +44,6 @@ func benchUintKeys(n int) []uint64 {
 
 var sink atomic.Pointer[endpoint]
 
-// withLifecycle sets IdleTimeout (a second: a sweep every 250 ms) and
-// MaxEntries (room for every key).
-func withLifecycle[K comparable](keys int) func(*epcache.Config[K, *endpoint]) {
-	return func(cfg *epcache.Config[K, *endpoint]) {
-		cfg.IdleTimeout, cfg.MaxEntries = time.Second, keys
-	}
-}
-
 func filledCache[K comparable](b *testing.B, keys []K, eps []*endpoint, opts ...func(*epcache.Config[K, *endpoint])) *epcache.Cache[K, *endpoint] {
 	byKey := make(map[K]*endpoint, len(keys))
 	for i, k := range keys {

@@ -37,7 +37,9 @@ type Cache[K comparable, V any] struct {
 	timeoutErr error         // the cause of a CreateTimeout
 	closeDone  chan struct{} // closed when the first Close returns
 
-	lastReleases tally // Releases of values' last leases, which Close waits for
+	lastReleases tally      // Releases of values' last leases, which Close waits for
+	lingerers    sync.Map   // *shard.Slot of each lingering value → when it was given up (Peers)
+	latency      *latencies // of creations and of waits for room
 
 	errMu       sync.Mutex
 	releaseErrs []error // panics of Release outside Invalidate, reported by Close
@@ -64,6 +66,7 @@ func New[K comparable, V any](cfg Config[K, V]) (*Cache[K, V], error) {
 		ttl:        cfg.ErrorTTL,
 		timeoutErr: fmt.Errorf("epcache: creation exceeded CreateTimeout of %v: %w", cfg.CreateTimeout, context.DeadlineExceeded),
 		closeDone:  make(chan struct{}),
+		latency:    new(latencies),
 	}
 	if cfg.MaxEntries > 0 {
 		c.room = newRoom[K, V](cfg.MaxEntries)
@@ -275,6 +278,8 @@ func (c *Cache[K, V]) noRoom(ctx context.Context, s *shard.Slot[K, V], claim *sh
 // wait parks until f's outcome, ctx's end or Close, whichever comes first.
 // claimer says that the caller started the creation.
 func (c *Cache[K, V]) wait(ctx context.Context, s *shard.Slot[K, V], f *shard.Flight[V], claimer, lease bool) (v V, l Lease[K, V], err error) {
+	f.AddWaiters(1) // for Peers
+	defer f.AddWaiters(-1)
 	select {
 	case <-f.Done():
 		return c.outcome(s, f, claimer, lease)
@@ -369,7 +374,7 @@ func (c *Cache[K, V]) invalidate(key K, match func(V) bool) bool {
 	if s.Abandon() {
 		c.releaseNow(st, key, v)
 	} else {
-		st.lingering.Add(1) // released by the end of its last lease
+		c.linger(st, s) // released by the end of its last lease
 	}
 	return true
 }
@@ -384,6 +389,7 @@ func (c *Cache[K, V]) invalidate(key K, match func(V) bool) bool {
 func (c *Cache[K, V]) releaseLast(s *shard.Slot[K, V], quiet bool) {
 	st := c.stats.of(unsafe.Pointer(s))
 	st.lingering.Add(-1)
+	c.unlinger(s)
 	if !c.lastReleases.begin() {
 		c.releaseNow(st, s.Key(), s.Value()) // Close has returned: nobody else would hear of a panic
 		return
@@ -520,7 +526,7 @@ func (c *Cache[K, V]) releaseAll(values []held[K, V], done chan struct{}) {
 		st := c.stats.of(unsafe.Pointer(values[i].slot))
 		st.ready.Add(-1)
 		if !values[i].slot.Abandon() {
-			st.lingering.Add(1) // released by the end of its last lease
+			c.linger(st, values[i].slot) // released by the end of its last lease
 			continue
 		}
 		c.releaseQuietly(st, values[i].slot.Key(), values[i].v)
@@ -564,6 +570,10 @@ func (c *Cache[K, V]) Stats() Stats {
 	if c.room != nil {
 		st.Room = c.room.used.Load()
 	}
+	for o := range st.CreateLatency {
+		st.CreateLatency[o] = c.latency.create[o].snapshot()
+	}
+	st.RoomWait = c.latency.room.snapshot()
 	return st
 }
 

@@ -2,6 +2,7 @@ package epcache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync/atomic"
@@ -34,6 +35,7 @@ func valuesOf(ctx context.Context) context.Context {
 // ends, so no second creation of the key can overlap this one.
 func (c *Cache[K, V]) run(s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V]) {
 	defer c.stats.of(unsafe.Pointer(s)).gate.exit()
+	start := time.Now()
 	ctx := f.Context()
 	var last *atomic.Pointer[failure] // the latest failed attempt, for the timeout's error
 	stopAbandon := func() bool { return false }
@@ -69,7 +71,8 @@ func (c *Cache[K, V]) run(s *shard.Slot[K, V], claim *shard.State[V], f *shard.F
 		if !returned {
 			err = ErrGoexit
 		}
-		c.settle(s, claim, f, v, err)
+		outcome := c.settle(s, claim, f, v, err)
+		c.latency.create[outcome].record(time.Since(start))
 	}()
 	v, err = c.attempt(ctx, s, last)
 	returned = true
@@ -156,8 +159,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // settle delivers a finished creation's outcome: to the slot and the waiters
 // if the flight is still unresolved, and otherwise (a timeout answered the
 // waiters already, or an Offer did) by releasing a value nobody asked for
-// any more and settling the slot.
-func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V], v V, err error) {
+// any more and settling the slot. It returns how the creation ended, for
+// Stats.CreateLatency.
+func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V], v V, err error) Outcome {
 	st := c.stats.of(unsafe.Pointer(s))
 	if err == nil {
 		st.creates.Add(1)
@@ -166,7 +170,7 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 		if err == nil {
 			s.LeaseFor(f) // an Acquire that claimed: leased before anyone can invalidate
 			c.publish(s, claim, f, v)
-			return
+			return OutcomeValue
 		}
 		st.createErrors.Add(1)
 		c.putRoom() // no value: the creation's room comes back
@@ -181,12 +185,20 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 		}
 		s.Settle(claim, failure)
 		f.Finish(zero, err, time.Time{})
-		return
+		var pe *PanicError
+		if errors.As(err, &pe) || err == ErrGoexit {
+			return OutcomePanic
+		}
+		return OutcomeError
 	}
 	<-f.Done() // the party that resolved the flight may still be finishing it
 	var failure *shard.State[V]
-	if _, ferr := f.Result(); ferr != nil && c.ttl > 0 {
-		failure = shard.NewFailure[V](ferr, time.Now().Add(c.ttl))
+	outcome := OutcomeOffered
+	if _, ferr := f.Result(); ferr != nil {
+		outcome = OutcomeTimeout
+		if c.ttl > 0 {
+			failure = shard.NewFailure[V](ferr, time.Now().Add(c.ttl))
+		}
 	}
 	// An Offer that answered the flight has made the claim Ready already:
 	// then this changes nothing.
@@ -198,6 +210,7 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 	} else {
 		c.putRoom()
 	}
+	return outcome
 }
 
 // publish makes v the value of s, which the caller claimed (claim), and

@@ -419,7 +419,7 @@ func (c *Cache[K, V]) remove(s *shard.Slot[K, V], st *shard.State[V], evicting b
 	if !s.Abandon() {
 		// A lease taken as the value left, which its taker ends at once
 		// (Table.Holds), releasing it.
-		p.lingering.Add(1)
+		c.linger(p, s)
 		p.gate.exit()
 		return true
 	}

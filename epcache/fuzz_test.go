@@ -204,6 +204,7 @@ type cacheModel struct {
 type straggler struct {
 	gate    chan struct{} // closed to let its Create return
 	offered *record       // the value that answered it, which its flight holds until then
+	started time.Time     // when its Create began
 }
 
 // churnKeys is the first key opChurn uses: above every key of the model.
@@ -434,6 +435,7 @@ func (m *cacheModel) noRoom(t *testing.T, err error, start time.Time, arg int, s
 	assert.ErrorIs(t, err, context.DeadlineExceeded, step)
 	assert.ErrorContains(t, err, "no room", step)
 	assert.Equal(t, time.Duration(2+arg/fuzzKeys%3)*time.Millisecond, time.Since(start), "%s: waited for room until its context ended", step)
+	observe(&m.expected.RoomWait, time.Duration(2+arg/fuzzKeys%3)*time.Millisecond)
 	m.expected.Cancels++
 }
 
@@ -479,6 +481,9 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 		v, err := c.Get(ctx, key)
 		if full {
 			m.expected.RoomWaits++
+			if evicts {
+				observe(&m.expected.RoomWait, 0) // the eviction's Release takes no fake time
+			}
 			if !evicts {
 				m.noRoom(t, err, start, arg, step)
 				return
@@ -581,6 +586,9 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 		lease, err := c.Acquire(ctx, key)
 		if full {
 			m.expected.RoomWaits++
+			if evicts {
+				observe(&m.expected.RoomWait, 0) // the eviction's Release takes no fake time
+			}
 			if !evicts {
 				m.noRoom(t, err, start, arg, step)
 				assert.Nil(t, lease.Value(), step)
@@ -663,6 +671,7 @@ func (m *cacheModel) apply(t *testing.T, c *epcache.Cache[int, *conn], op fuzzOp
 		close(s.gate)
 		synctest.Wait() // its value is made, and released: nobody wants it
 		delete(m.stragglers, key)
+		m.took(epcache.OutcomeOffered, time.Since(s.started))
 		st.Creates++
 		st.Releases++
 	case opChurn:
@@ -708,7 +717,7 @@ func (m *cacheModel) answer(t *testing.T, c *epcache.Cache[int, *conn], key int,
 	v := m.offered(key)
 	require.True(t, c.Offer(key, v), "%s: an Offer answers a creation in flight", step)
 	assert.Same(t, v, <-got, "%s: the Get that started the creation gets the offered value", step)
-	m.stragglers[key] = straggler{gate, v.record}
+	m.stragglers[key] = straggler{gate, v.record, time.Now()}
 	m.meter.add()
 	m.held[key] = v
 	m.lastUse[v] = time.Now()
@@ -835,9 +844,29 @@ func (m *cacheModel) close(t *testing.T, c *epcache.Cache[int, *conn], closeCach
 		for _, v := range m.held {
 			m.giveUp(t, v, step)
 		}
+		for _, s := range m.stragglers { // answered by an Offer: so they count
+			m.took(epcache.OutcomeOffered, time.Since(s.started))
+		}
 		clear(m.stragglers)
 	}
 	m.closed = true
+}
+
+// took counts a creation that ended with outcome after d in
+// Stats.CreateLatency. On the fake clock a creation takes no time but its
+// retry waits (and a straggler's until it returns).
+func (m *cacheModel) took(outcome epcache.Outcome, d time.Duration) {
+	observe(&m.expected.CreateLatency[outcome], d)
+}
+
+// observe counts d in h, as the cache does.
+func observe(h *epcache.Histogram, d time.Duration) {
+	i := 0
+	for d > epcache.HistogramBound(i) {
+		i++
+	}
+	h.Counts[i]++
+	h.Sum += d
 }
 
 // leftStraggling checks the outcome of a Get or Acquire of a key that waits
@@ -871,9 +900,11 @@ func (m *cacheModel) get(key int) (*conn, error) {
 		}
 		delete(m.failed, key) // expired: this Get creates
 	}
-	for attempt := 1; ; attempt++ {
+	attempt := 1
+	for ; ; attempt++ {
 		st.Attempts++
 		if m.fails[key] == 0 {
+			m.took(epcache.OutcomeValue, time.Duration(attempt-1)*fuzzRetryWait)
 			return nil, nil
 		}
 		m.fails[key]--
@@ -881,6 +912,7 @@ func (m *cacheModel) get(key int) (*conn, error) {
 			break
 		}
 	}
+	m.took(epcache.OutcomeError, time.Duration(attempt-1)*fuzzRetryWait)
 	st.CreateErrors++
 	if m.ttl {
 		m.failed[key] = time.Now().Add(fuzzTTL)

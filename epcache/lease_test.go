@@ -444,11 +444,32 @@ func TestLeaseAndOfferStress(t *testing.T) {
 			}
 		})
 	}
+	stopWalking := make(chan struct{})
+	walked := make(chan int)
+	go func() { // Peers walks the table, and the lingering values, throughout
+		n := 0
+		for {
+			select {
+			case <-stopWalking:
+				walked <- n
+				return
+			default:
+			}
+			for range c.Peers() {
+				n++
+			}
+		}
+	}()
 	wg.Wait()
+	close(stopWalking)
+	t.Logf("Peers yielded %d peers in its walks", <-walked)
 	require.NoError(t, c.Close())
 	l.checkClosed(t, c)
 	assert.Zero(t, releasedLeased.Load(), "values released while leased")
 	assert.Zero(t, c.Stats().Lingering)
+	for p := range c.Peers() {
+		t.Errorf("closed, every lease released, and Peers still lists %+v", p)
+	}
 	lingered := 0
 	for _, se := range releaseStartEnds {
 		if se[0] < closeCalled.Load() && se[1] > closeReturned.Load() {

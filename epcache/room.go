@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/epcache/epcache/shard"
@@ -189,6 +190,7 @@ var errNoRoomClaimer = fmt.Errorf("epcache: the claimer left while waiting for r
 // caller. A panic in Release is recovered and reported by Close.
 func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V], lease bool) (took bool, err error) {
 	r := c.room
+	start := time.Now()
 	var w *roomWaiter
 	e, ok := evicted[K, V]{}, false
 	if r.waiting.Load() == 0 && r.used.Load() >= r.max {
@@ -204,6 +206,7 @@ func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], claim *
 		}
 	}
 	c.stats.of(unsafe.Pointer(s)).roomWaits.Add(1)
+	defer func() { c.latency.room.record(time.Since(start)) }()
 	if !ok {
 		e, ok = c.kickAndTake()
 		if ok && !r.leaveTakingOver(w) {

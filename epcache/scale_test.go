@@ -126,9 +126,10 @@ func TestMillionPeers(t *testing.T) {
 }
 
 // maxBytesPerEntry bounds the heap a million ready peers keep beyond their
-// values: slots, arrays and shards. BenchmarkMillionPeers (bench/direct)
-// measures it beside xsync v4's Map holding the same pointers.
-const maxBytesPerEntry = 37.0
+// values: slots, arrays and shards, 44-46 bytes an entry by
+// BenchmarkMillionPeers (bench/direct), which measures xsync v4's Map
+// holding the same pointers beside it at 50.
+const maxBytesPerEntry = 48.0
 
 // TestGrowthNeverBlocksReaders has a writer insert hundreds of thousands of
 // new peers into a cache of one shard, so that its array is rebuilt many

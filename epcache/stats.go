@@ -7,9 +7,9 @@ import (
 )
 
 // Stats is a snapshot of a cache's figures. The fields from Creates to
-// RoomWaits are counters: they only grow, from 0 at New. Room, Live, Ready
-// and Lingering are gauges: what the cache holds at the moment, up and
-// down. Figures are summed from stripes without a global pause, so a
+// RoomWaits, and the histograms, are counters: they only grow, from 0 at
+// New. Room, Live, Ready and Lingering are gauges: what the cache holds at
+// the moment, up and down. Figures are summed from stripes without a global pause, so a
 // snapshot taken while the cache is busy is not atomic across fields; one
 // taken after Close returned is exact.
 //
@@ -40,6 +40,18 @@ type Stats struct {
 	// the last Lease.Release releases each. After Close returned, a
 	// Lingering value is a lease never released.
 	Lingering int64
+
+	// CreateLatency is how long creations took, from the start of their
+	// first attempt to the return of their last (retry waits included), by
+	// how they ended: CreateLatency[OutcomeValue] counts the creations that
+	// made a value, and so on. A creation that a CreateTimeout or an Offer
+	// answered is counted when its Create returns, under OutcomeTimeout or
+	// OutcomeOffered. Counters.
+	CreateLatency [NumOutcomes]Histogram
+	// RoomWait is how long the creations counted in RoomWaits waited for
+	// room under MaxEntries, to the unit taken or the end of their wait.
+	// Counters.
+	RoomWait Histogram
 }
 
 // stripe is one cache-line-sized set of counters, with the gate of the

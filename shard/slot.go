@@ -167,6 +167,8 @@ type Flight[V any] struct {
 	lease      flightLease               // a lease of the created value for the claimer (lease.go)
 	straggling atomic.Pointer[Flight[V]] // a Straggling state's flight, done when this creation returns
 	ctx        flightCtx                 // the creation's context
+	started    time.Time                 // when the flight was made: the claim, or the failure
+	waiters    atomic.Int32              // callers waiting on Done now (AddWaiters)
 	value      V
 	err        error
 	until      time.Time
@@ -174,7 +176,7 @@ type Flight[V any] struct {
 
 // newFlight returns a flight and its state.
 func newFlight[V any](parent context.Context) (*State[V], *Flight[V]) {
-	f := &Flight[V]{}
+	f := &Flight[V]{started: time.Now()}
 	f.ctx.parent = parent
 	f.state.flight = f
 	return &f.state, f
@@ -218,6 +220,18 @@ func (f *Flight[V]) Finish(v V, err error, until time.Time) {
 		close(*p) // a waiter made it: wake them
 	}
 }
+
+// Started returns when the flight was made: when its creation was claimed,
+// or, for a remembered failure (NewFailure), when the failure was.
+func (f *Flight[V]) Started() time.Time { return f.started }
+
+// AddWaiters adds n (which may be negative) to the count of callers
+// waiting on f, which Waiters reports: for statistics, not for
+// synchronization.
+func (f *Flight[V]) AddWaiters(n int) { f.waiters.Add(int32(n)) }
+
+// Waiters returns the callers waiting on f now, as counted by AddWaiters.
+func (f *Flight[V]) Waiters() int { return int(f.waiters.Load()) }
 
 // Result returns the outcome. Call it only after Done is closed.
 func (f *Flight[V]) Result() (V, error) { return f.value, f.err }
@@ -334,6 +348,16 @@ func (s *Slot[K, V]) MarkStraggler(f *Flight[V]) {
 	s.leaseTable().straggler = f
 }
 
+// IdleSweeps returns how many idle sweeps a Ready state has stayed unused
+// through (see Table.Age): 0 for a young or cooled value and for every
+// other state.
+func (st *State[V]) IdleSweeps() int {
+	if !isValue(st) || st.age < 2 || st.age > IdleSteps+1 {
+		return 0
+	}
+	return int(st.age) - 1
+}
+
 // Handle refers to a slot for as long as the slot holds its value, and to
 // nothing from the moment the value leaves the table (Invalidate,
 // InvalidateState, Seal). A structure outside the table that must find
@@ -341,7 +365,8 @@ func (s *Slot[K, V]) MarkStraggler(f *Flight[V]) {
 // so that it keeps no value reachable once the value has left: a slot
 // holds its value for its whole life.
 type Handle[K comparable, V any] struct {
-	slot atomic.Pointer[Slot[K, V]]
+	slot  atomic.Pointer[Slot[K, V]]
+	since time.Time // when Track made it: the value's publication
 }
 
 // Slot returns the slot, or nil once its value has left the table.
@@ -351,10 +376,21 @@ func (h *Handle[K, V]) Slot() *Slot[K, V] { return h.slot.Load() }
 // published: the value's removal clears the handle. It allocates the
 // handle, and s's lease table if s has none.
 func (s *Slot[K, V]) Track() *Handle[K, V] {
-	h := new(Handle[K, V])
+	h := &Handle[K, V]{since: time.Now()}
 	h.slot.Store(s)
 	s.leaseTable().handle = h
 	return h
+}
+
+// Published returns when s's value was published, if Track was called for
+// it, and the zero time otherwise.
+func (s *Slot[K, V]) Published() time.Time {
+	if tb := s.leases.Load(); tb != nil {
+		if h, ok := tb.handle.(*Handle[K, V]); ok {
+			return h.since
+		}
+	}
+	return time.Time{}
 }
 
 // untrack clears s's handle, if Track made one: s's value has left the
