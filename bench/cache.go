@@ -70,7 +70,7 @@ var Impls = []Impl{
 	{Name: "epcache", ExactlyOnce: true, Retries: true, Leases: true, Evicts: true, Bounded: true, About: "epcache.Cache: CAS-claimed slot, waiters on a channel"},
 	{Name: "epcache-idle", ExactlyOnce: true, Retries: true, Leases: true, Evicts: true, Bounded: true, Only: []string{"hotset"}, About: "epcache with IdleTimeout = Env.Idle besides MaxEntries = Env.Cap"},
 	{Name: "xsync4", ExactlyOnce: true, About: "xsync/v4 Map.LoadOrCompute: bucket lock held while creating"},
-	{Name: "xsync", ExactlyOnce: true, About: "xsync/v3 MapOf.LoadOrTryCompute: bucket lock held while creating"},
+	{Name: "xsync3", ExactlyOnce: true, About: "xsync/v3 MapOf.LoadOrTryCompute: bucket lock held while creating"},
 	{Name: "syncmap", About: "sync.Map Load, create, LoadOrStore; the loser is released"},
 	{Name: "singleflight", ExactlyOnce: true, About: "x/sync/singleflight in front of a sync.Map, string keys"},
 	{Name: "mutex", ExactlyOnce: true, About: "map behind one sync.Mutex, creation under the lock"},
@@ -117,8 +117,8 @@ func New[K comparable](name string, env Env[K]) (Cache[K], error) {
 		return newEpcache(env, true)
 	case "xsync4":
 		return newXsync4(env), nil
-	case "xsync":
-		return newXsync(env), nil
+	case "xsync3":
+		return newXsync3(env), nil
 	case "syncmap":
 		return newSyncMap(env), nil
 	case "singleflight":

@@ -71,7 +71,7 @@ func suiteResults(procs ...int) []bench.Result {
 				rs = append(rs, fakeRun("hit", impl, keys, p, ns*f))
 			}
 		}
-		for impl, ms := range map[string]float64{"epcache": 22, "xsync": 38.6, "syncmap": 25.1, "mutex": 1130, "array": 22.2} {
+		for impl, ms := range map[string]float64{"epcache": 22, "xsync3": 38.6, "syncmap": 25.1, "mutex": 1130, "array": 22.2} {
 			r := fakeRun("storm", impl, "uint64", p, ms*1e6)
 			if impl == "syncmap" {
 				r.Duplicates = 84
@@ -121,9 +121,9 @@ func TestChartLabels(t *testing.T) {
 		{"storm", []string{"storm: 64 goroutines Get 1,024 peers at once, creation sleep:1ms, GOMAXPROCS 2",
 			"time until every goroutine has every peer (log scale); shorter is faster", "22 ms", "1.13 s", "25.1 ms, 84 duplicates",
 			"20 ms", "100 ms", "1 s"},
-			[]string{"epcache", "xsync", "syncmap", "mutex", "array"}, nil},
+			[]string{"epcache", "xsync3", "syncmap", "mutex", "array"}, nil},
 		{"latency", []string{"Get latency (log scale)", "percentile (each step right: ten times rarer)", "99.9"},
-			[]string{"epcache", "xsync", "syncmap", "mutex", "array"}, nil},
+			[]string{"epcache", "xsync3", "syncmap", "mutex", "array"}, nil},
 		{"lease", []string{"ns per operation; shorter is faster", "36 ns", "61 ns"},
 			[]string{"epcache", "pool", "xsync4rc"}, nil},
 		{"hotset", []string{"peak live endpoints (log scale)", "cap 1,000", "36,968 (35,968 over the cap)", "1,000"},

@@ -19,7 +19,7 @@ import (
 // absolute times of two machines say nothing about each other.
 var references = map[string][]string{
 	"hit":   {"syncmap", "xsync4"},
-	"storm": {"mutex", "xsync"},
+	"storm": {"mutex", "xsync3"},
 	"churn": {"syncmap"},
 	"flaky": {"mutex"},
 	"mixed": {"syncmap"},

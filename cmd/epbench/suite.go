@@ -240,7 +240,7 @@ func (o options) specs() ([]bench.Spec, error) {
 		}
 		s := base
 		s.Workload, s.Keys, s.Peers, s.Goroutines, s.Cost = "storm", "uint64", 1024, 64, "sleep:1ms"
-		thrice(s, []string{"epcache", "mutex", "xsync"})
+		thrice(s, []string{"epcache", "mutex", "xsync3"})
 		s = base
 		s.Workload, s.Keys, s.Peers, s.Goroutines, s.Cost = "storm", "string", 128, 16, "sleep:100us"
 		thrice(s, caches)

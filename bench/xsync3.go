@@ -6,25 +6,25 @@ import (
 	xsync3 "github.com/puzpuzpuz/xsync/v3"
 )
 
-// xsyncCache uses xsync/v3 MapOf.LoadOrTryCompute: one creation per key, made
+// xsync3Cache uses xsync/v3 MapOf.LoadOrTryCompute: one creation per key, made
 // under the key's bucket lock, so a slow creation blocks the other keys of
 // its bucket, and a failed one makes the next waiter try in turn.
-type xsyncCache[K comparable] struct {
+type xsync3Cache[K comparable] struct {
 	*computeMapCache[K]
 	m *xsync3.MapOf[K, *Endpoint]
 }
 
 // Get calls the map's Load directly: the hit path is the map's own.
-func (c xsyncCache[K]) Get(ctx context.Context, key K) (*Endpoint, error) {
+func (c xsync3Cache[K]) Get(ctx context.Context, key K) (*Endpoint, error) {
 	if ep, ok := c.m.Load(key); ok {
 		return ep, nil
 	}
 	return c.miss(ctx, key)
 }
 
-func newXsync[K comparable](env Env[K]) xsyncCache[K] {
+func newXsync3[K comparable](env Env[K]) xsync3Cache[K] {
 	m := xsync3.NewMapOf[K, *Endpoint]()
-	return xsyncCache[K]{m: m, computeMapCache: &computeMapCache[K]{
+	return xsync3Cache[K]{m: m, computeMapCache: &computeMapCache[K]{
 		env:           env,
 		loadOrCompute: m.LoadOrTryCompute,
 		loadAndDelete: m.LoadAndDelete,
