@@ -16,7 +16,7 @@ type Endpoint struct {
 	Serial   uint64 // the ledger's creation number, from 1
 	res      io.Closer
 	released atomic.Int32
-	using    atomic.Int32 // uses in progress (the lease workload): a release meanwhile is a release under a use
+	using    atomic.Int32 // uses in progress (the hotset workload): a release meanwhile is a release under a use
 }
 
 // ErrNotPublished is the flaky workload's creation error: the peer's address

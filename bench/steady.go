@@ -32,7 +32,8 @@ func fill[K comparable](ctx context.Context, c Cache[K], ks keySet[K], g int, l 
 // costs several times a hit, so timing every one would measure the clock.
 const sampleEvery = 64
 
-// steady runs the hit, churn or mixed loop on G goroutines for s.Duration.
+// steady runs the hit, churn, mixed or lease loop on s.Goroutines
+// goroutines for s.Duration.
 func steady[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K], l *Ledger) phase {
 	// Operations other than a plain Get happen when a random word falls below
 	// this threshold: the churn fraction, or the share of writes in mixed.
@@ -43,109 +44,40 @@ func steady[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 	case "mixed":
 		other = uint64((1 - s.Reads) * math.MaxUint64)
 	}
-	gctx := s.getContext(ctx) // ctx itself stops the run early
 	var leaser Leaser[K]
 	if s.Workload == "lease" {
 		leaser = c.(Leaser[K])
 	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	type tally struct {
-		ops, errors, invalidations uint64
-		hist                       *hdrhistogram.Histogram
-	}
-	// Everything a goroutine needs is allocated here, and the clock starts
-	// once every goroutine is parked at the barrier.
-	tallies := make([]tally, s.Goroutines)
-	seqs := make([][]uint32, s.Goroutines)
-	for g := range seqs {
-		seqs[g] = accessSequence(s.Dist, s.Peers, s.Seed+uint64(g))
-		tallies[g].hist = newHist()
+	// Everything a goroutine needs is made here, and the clock starts once
+	// every goroutine is parked at the barrier.
+	workers := make([]*steadyWorker[K], s.Goroutines)
+	for g := range workers {
+		workers[g] = &steadyWorker[K]{
+			workload: s.Workload, ctx: s.getContext(ctx), // ctx itself stops the run early
+			c: c, leaser: leaser, ks: ks, l: l, other: other,
+			seq:  accessSequence(s.Dist, s.Peers, s.Seed+uint64(g)),
+			rng:  rand.New(rand.NewPCG(s.Seed, uint64(g))),
+			hist: newHist(),
+		}
 	}
 	start := make(chan struct{})
 	var ready sync.WaitGroup
-	for g := range s.Goroutines {
+	for _, w := range workers {
 		ready.Add(1)
 		wg.Go(func() {
-			t := tallies[g]
-			seq := seqs[g]
-			rng := rand.New(rand.NewPCG(s.Seed, uint64(g)))
-			// The lease workload's use, made once per goroutine so that
-			// an operation allocates nothing of the harness's.
-			var (
-				expect int
-				bad    bool
-			)
-			check := func(ep *Endpoint) {
-				use(ep)
-				bad = ep.Peer != expect
-			}
 			ready.Done()
 			<-start
 			// At least one round of 256 before the first look at stop:
 			// a goroutine the scheduler starts late, on a busy machine,
 			// still measures, so that a run never reports no operations.
-			i := 0
 			for {
-				for range 256 {
-					p := seq[i&(seqLen-1)]
-					i++
-					key := ks.keys[p]
-					if leaser != nil && (other == 0 || rng.Uint64() >= other) {
-						// lease: get, use and let go of the endpoint
-						expect, bad = int(p), false
-						if i%sampleEvery == 0 {
-							t0 := time.Now()
-							err := leaser.Lease(gctx, key, check)
-							t.hist.RecordValue(int64(time.Since(t0)))
-							bad = bad || err != nil
-						} else if leaser.Lease(gctx, key, check) != nil {
-							bad = true
-						}
-						if bad {
-							t.errors++
-						}
-						continue
-					}
-					if other != 0 && rng.Uint64() < other {
-						if s.Workload == "mixed" || s.Workload == "lease" {
-							if c.Invalidate(key) {
-								l.Invalidated(int(p))
-								t.invalidations++
-							}
-							continue
-						}
-						// churn: get the endpoint, then report it as failed
-						ep, err := c.Get(gctx, key)
-						if err != nil || ep.Peer != int(p) {
-							t.errors++
-						} else if c.Report(key, ep) {
-							l.Invalidated(int(p))
-							t.invalidations++
-						}
-						continue
-					}
-					var (
-						ep  *Endpoint
-						err error
-					)
-					if i%sampleEvery == 0 {
-						t0 := time.Now()
-						ep, err = c.Get(gctx, key)
-						t.hist.RecordValue(int64(time.Since(t0)))
-					} else {
-						ep, err = c.Get(gctx, key)
-					}
-					if err != nil || ep.Peer != int(p) {
-						t.errors++
-					}
-				}
-				t.ops += 256
+				w.round()
 				if stop.Load() {
 					break
 				}
 			}
-			tallies[g] = t
 		})
 	}
 	ready.Wait()
@@ -162,11 +94,113 @@ func steady[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 	stop.Store(true)
 	wg.Wait()
 	ph := phase{elapsed: time.Since(t0), allocs: mallocs() - m0, hist: newHist(), sampling: sampleEvery}
-	for _, t := range tallies {
-		ph.ops += t.ops
-		ph.errors += t.errors
-		ph.invalidations += t.invalidations
-		ph.hist.Merge(t.hist)
+	for _, w := range workers {
+		ph.ops += w.ops
+		ph.errors += w.errors
+		ph.invalidations += w.invalidations
+		ph.hist.Merge(w.hist)
 	}
 	return ph
+}
+
+// steadyWorker is one goroutine of the steady workloads: its sequence of
+// peers, its random numbers and its tallies.
+type steadyWorker[K comparable] struct {
+	workload string
+	ctx      context.Context
+	c        Cache[K]
+	leaser   Leaser[K] // the lease workload's, else nil
+	ks       keySet[K]
+	l        *Ledger
+	other    uint64 // see steady
+	seq      []uint32
+	rng      *rand.Rand
+	i        int // operations so far
+
+	ops, errors, invalidations uint64
+	hist                       *hdrhistogram.Histogram
+
+	// The lease's check of the endpoint it is handed, made once so that
+	// an operation allocates nothing of the harness's.
+	expect int
+	bad    bool
+	check  func(*Endpoint)
+}
+
+// round makes the worker's next 256 operations: leases, invalidations or
+// reports (churn, mixed, lease), and Gets, written out here so that a Get
+// costs the loop what it did inline. One operation in sampleEvery is timed.
+func (w *steadyWorker[K]) round() {
+	for range 256 {
+		p := w.seq[w.i&(seqLen-1)]
+		w.i++
+		key := w.ks.keys[p]
+		timed := w.i%sampleEvery == 0
+		if w.leaser != nil && (w.other == 0 || w.rng.Uint64() >= w.other) {
+			w.lease(p, key, timed)
+			continue
+		}
+		if w.other != 0 && w.rng.Uint64() < w.other {
+			w.invalidate(p, key)
+			continue
+		}
+		var (
+			ep  *Endpoint
+			err error
+		)
+		if timed {
+			t0 := time.Now()
+			ep, err = w.c.Get(w.ctx, key)
+			w.hist.RecordValue(int64(time.Since(t0)))
+		} else {
+			ep, err = w.c.Get(w.ctx, key)
+		}
+		if err != nil || ep.Peer != int(p) {
+			w.errors++
+		}
+	}
+	w.ops += 256
+}
+
+// lease gets, uses and lets go of peer p's endpoint.
+func (w *steadyWorker[K]) lease(p uint32, key K, timed bool) {
+	if w.check == nil {
+		w.check = func(ep *Endpoint) {
+			if use(ep) {
+				w.l.releasedInUse.Add(1)
+			}
+			w.bad = ep.Peer != w.expect
+		}
+	}
+	w.expect, w.bad = int(p), false
+	var t0 time.Time
+	if timed {
+		t0 = time.Now()
+	}
+	err := w.leaser.Lease(w.ctx, key, w.check)
+	if timed {
+		w.hist.RecordValue(int64(time.Since(t0)))
+	}
+	if w.bad || err != nil {
+		w.errors++
+	}
+}
+
+// invalidate drops peer p's endpoint: mixed and lease invalidate it, churn
+// gets it and reports it failed.
+func (w *steadyWorker[K]) invalidate(p uint32, key K) {
+	if w.workload == "mixed" || w.workload == "lease" {
+		if w.c.Invalidate(key) {
+			w.l.Invalidated(int(p))
+			w.invalidations++
+		}
+		return
+	}
+	ep, err := w.c.Get(w.ctx, key)
+	if err != nil || ep.Peer != int(p) {
+		w.errors++
+	} else if w.c.Report(key, ep) {
+		w.l.Invalidated(int(p))
+		w.invalidations++
+	}
 }

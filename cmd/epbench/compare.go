@@ -135,7 +135,8 @@ func (c *comparison) worseSpecs(specs []bench.Spec) []bench.Spec {
 	}
 	var out []bench.Spec
 	for _, s := range specs {
-		if worse[groupKey(s)] {
+		k, scaled := scalingKey(s)
+		if worse[groupKey(s)] || scaled && worse[k] {
 			out = append(out, s)
 		}
 	}
@@ -263,8 +264,62 @@ func ratios(results []bench.Result) []ratio {
 			}
 		}
 	}
+	out = append(out, scalings(results)...)
 	slices.SortFunc(out, func(a, b ratio) int { return strings.Compare(a.name, b.name) })
 	return out
+}
+
+// scalings returns, for the lease workload on one hot peer, epcache's time
+// per operation at each GOMAXPROCS above one over its time at one, medians
+// of the runs: whether the leases of one peer scale with cores (at two,
+// 0.5 is perfect, and above 1 two cores are slower than one). Held to the
+// baseline like the ratios against comparators, it catches a lease that
+// starts writing memory every core shares.
+func scalings(results []bench.Result) []ratio {
+	byProcs := map[string]map[int][]float64{} // by the spec's group, GOMAXPROCS aside
+	specs := map[string]bench.Spec{}
+	for _, r := range results {
+		k, ok := scalingKey(r.Spec)
+		if !ok {
+			continue
+		}
+		if byProcs[k] == nil {
+			s := r.Spec
+			s.Procs, s.Goroutines = 0, 0
+			byProcs[k], specs[k] = map[int][]float64{}, s
+		}
+		byProcs[k][r.Procs] = append(byProcs[k][r.Procs], headline(r))
+	}
+	var out []ratio
+	for k, m := range byProcs {
+		one := median(m[1])
+		if one == 0 {
+			continue
+		}
+		for procs, vs := range m {
+			if procs > 1 {
+				s := specs[k]
+				out = append(out, ratio{
+					name:     fmt.Sprintf("%s procs=%d÷1", s.Name(), procs),
+					group:    k,
+					workload: s.Workload,
+					current:  median(vs) / one,
+				})
+			}
+		}
+	}
+	return out
+}
+
+// scalingKey is the group of a spec's scaling ratio, GOMAXPROCS aside (one
+// goroutine per P: the procs are the shape), if it has one: epcache's lease
+// of one hot peer.
+func scalingKey(s bench.Spec) (string, bool) {
+	if s.Workload != "lease" || s.Peers != 1 || s.Impl != "epcache" || s.Procs < 1 {
+		return "", false
+	}
+	s.Procs, s.Goroutines = 0, 0
+	return groupKey(s), true
 }
 
 // median returns the median of vs (the mean of the middle two of an even

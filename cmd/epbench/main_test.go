@@ -412,3 +412,31 @@ func TestTableFormatting(t *testing.T) {
 		assert.Contains(t, out.String(), want)
 	}
 }
+
+// -compare holds epcache's two-core time over its one-core time on a hot
+// peer's leases to the baseline's, beside the ratios against comparators,
+// and a spec of a worse one is one -recheck runs again, at both core counts.
+func TestCompareHoldsTheHotPeerLeaseScaling(t *testing.T) {
+	hot := func(impl string, procs int, ns float64) bench.Result {
+		r := result("lease", impl, ns)
+		r.Peers, r.Procs, r.Goroutines, r.Cost = 1, procs, procs, "none"
+		return r
+	}
+	path := baselineFile(t, []bench.Result{hot("epcache", 1, 16), hot("epcache", 2, 9), hot("pool", 1, 30), hot("pool", 2, 45)})
+	var out bytes.Buffer
+	now := []bench.Result{hot("epcache", 1, 32), hot("epcache", 2, 20), hot("pool", 1, 60), hot("pool", 2, 90)}
+	require.NoError(t, compare(&out, path, now, 2), "a slower machine keeps the scaling")
+	assert.Regexp(t, `Lease/impl=epcache/\S+ procs=2÷1 +0\.562 +0\.625`, out.String())
+
+	worse := []bench.Result{hot("epcache", 1, 16), hot("epcache", 2, 19), hot("pool", 1, 30), hot("pool", 2, 45)}
+	c, err := loadComparison(path, worse, 2)
+	require.NoError(t, err)
+	err = c.write(&bytes.Buffer{})
+	require.Error(t, err, "two cores slower than one, where the baseline's were faster")
+	assert.Contains(t, err.Error(), "procs=2÷1: 1.188, baseline 0.562")
+	var rerun []string
+	for _, s := range c.worseSpecs([]bench.Spec{worse[0].Spec, worse[1].Spec, worse[2].Spec}) {
+		rerun = append(rerun, fmt.Sprintf("%s@%d", s.Impl, s.Procs))
+	}
+	assert.ElementsMatch(t, []string{"epcache@1", "epcache@2"}, rerun, "-recheck runs epcache's hot-peer leases again at both core counts")
+}
