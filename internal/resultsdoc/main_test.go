@@ -10,87 +10,47 @@ import (
 	"github.com/epcache/epcache/bench"
 )
 
-func TestDirectHits(t *testing.T) {
-	out := directHits(strings.Join([]string{
-		"pkg: github.com/epcache/epcache/shard",
-		"BenchmarkHit/impl=epcache/keys=uint64/peers=1024-2  100  9.0 ns/op", // another package
-		"pkg: github.com/epcache/epcache/epcache",
-		"BenchmarkHit/impl=epcache-load/keys=uint64/peers=1024-2  100  3.1 ns/op",
-		"BenchmarkHit/impl=epcache/keys=uint64/peers=1024-2  100  3.0 ns/op",
-		"BenchmarkHit/impl=epcache/keys=uint64/peers=1024-2  100  5.0 ns/op",
-		"BenchmarkHit/impl=epcache/keys=uint64/peers=1024-2  100  4.0 ns/op",
-		"BenchmarkHit/impl=xsync4/keys=string/peers=65536  100  7.5 ns/op",
-		"BenchmarkLease/impl=epcache-get-2  100  3.0 ns/op",
-		"BenchmarkLease/impl=epcache-get-2  100  4.0 ns/op", // an even count: the mean of the middle two
-		"BenchmarkLease/impl=epcache  100  15 ns/op",
-		"BenchmarkLease/impl=epcache-get  100  7 ns/op", // -cpu 1: no suffix after the impl's own dash
-		"BenchmarkOther/impl=epcache  100  1 ns/op",
-	}, "\n"))
-	want := map[string]float64{
-		"lease/epcache-get/2":        3.5,
-		"lease/epcache/1":            15,
-		"lease/epcache-get/1":        7,
-		"epcache-load/uint64/1024/2": 3.1,
-		"epcache/uint64/1024/2":      4.0, // the median of three
-		"xsync4/string/65536/1":      7.5, // -cpu 1 has no suffix
-	}
-	if len(out) != len(want) {
-		t.Fatalf("directHits = %v; want %v", out, want)
-	}
-	for k, v := range want {
-		if out[k] != v {
-			t.Errorf("directHits[%q] = %v; want %v", k, out[k], v)
-		}
-	}
-}
-
-// The targets table names each target once, with what was measured, and
-// says "not run" for what the results lack.
-func TestTargets(t *testing.T) {
+// The headline shows, per row, epcache's median and range beside the
+// comparator with the lowest median among those the row compares against
+// (the dense array, the floor, never; a storm's only the exactly-once
+// ones), and the ratio of the medians; a row with no epcache run is left
+// out, and the note says how hot-peer leases scale and the hit ratios.
+func TestHeadlines(t *testing.T) {
 	r := func(workload, impl string, ns float64, mut func(*bench.Spec)) bench.Result {
-		s := bench.Spec{Workload: workload, Impl: impl, Keys: "uint64", Dist: "uniform", Peers: 32, Goroutines: 8, Cost: "none"}
+		s := bench.Spec{Workload: workload, Impl: impl, Keys: "uint64", Dist: "uniform", Peers: 1024, Goroutines: 64, Procs: 2, Cost: "none"}
 		if mut != nil {
 			mut(&s)
 		}
-		return bench.Result{Spec: s, NsPerOp: ns}
+		return bench.Result{Spec: s, NsPerOp: ns, Completion: time.Duration(ns)}
 	}
-	rtt5 := func(s *bench.Spec) { s.RTT = 5 * time.Millisecond }
-	lease := func(s *bench.Spec) { s.Peers, s.Churn = 1024, 0.01 }
+	storm := func(s *bench.Spec) { s.Cost = "sleep:1ms" }
+	hot := func(procs int) func(*bench.Spec) {
+		return func(s *bench.Spec) { s.Peers, s.Procs, s.Goroutines = 1, procs, procs }
+	}
 	results := []bench.Result{
-		r("tcpstorm", "epcache", 40, rtt5), r("tcpstorm", "array", 38, rtt5), r("tcpstorm", "mutex", 190, rtt5),
-		r("lease", "epcache", 30, lease), r("lease", "pool", 50, lease),
+		r("hit", "epcache", 5, nil), r("hit", "epcache", 6, nil), r("hit", "epcache", 9, nil),
+		r("hit", "xsync4", 4, nil), r("hit", "xsync4", 5, nil), r("hit", "syncmap", 10, nil), r("hit", "array", 1, nil),
+		r("storm", "epcache", 20e6, storm), r("storm", "syncmap", 10e6, storm), r("storm", "mutex", 1e9, storm),
+		r("lease", "epcache", 16, hot(1)), r("lease", "epcache", 9, hot(2)), r("lease", "pool", 30, hot(1)), r("lease", "pool", 45, hot(2)),
+		r("lease", "xsync4rc", 12, hot(2)),
 	}
-	results[len(results)-1].ReleasedInUse = 1 // as a pool that closed under a sender would
-	hot := func(impl string, ns, hit float64, peak int64, inUse uint64) bench.Result {
-		r := r("hotset", impl, ns, func(s *bench.Spec) {
-			s.Peers, s.Goroutines, s.Dist, s.Zipf, s.Cap, s.Cost = 100_000, 64, "zipf", 1.01, 1000, "sleep:100us"
-		})
-		r.HitRatio, r.PeakLive, r.ReleasedInUse = hit, peak, inUse
-		return r
-	}
-	results = append(results, hot("epcache", 1000, 0.59, 1000, 0), hot("otter", 1200, 0.60, 1327, 12), hot("pool", 700, 0.86, 36968, 0))
-	doc := targets(results, map[string]float64{
-		"epcache/uint64/1024/2": 3, "xsync4/uint64/1024/2": 2.7,
-		"lease/epcache/2": 7, "lease/epcache-get/2": 4,
-	})
+	doc := headlines(results)
 	for _, want := range []string{
-		"| tcpstorm P=32 G=8 rtt 5ms: epcache ÷ array ≤ 1.10 | 1.053 | yes |",
-		"| tcpstorm P=32 G=8 rtt 5ms: epcache ÷ mutex ≤ 0.50 | 0.211 | yes |",
-		"| hit, uint64 keys, 1024 peers, GOMAXPROCS 2 (go test): epcache ÷ xsync v4 ≤ 0.90 | 1.111 | **no** |",
-		"| tcpstorm P=32 G=8 rtt 0s: epcache ÷ array ≤ 1.10 | not run | - |",
-		"| lease, uint64 keys, 1024 peers, GOMAXPROCS 2 (go test): Acquire+Release ÷ Get ≤ 2.00 | 1.750 | yes |",
-		"| lease, uint64 keys, 1024 peers, GOMAXPROCS 1 (go test): Acquire+Release ÷ Get ≤ 2.00 | not run | - |",
-		"| lease 1% invalidated: epcache ÷ pool ≤ 0.50 | 0.600 | **no** |",
-		"| released while leased = 0 in every run | 1 runs did | **no** |", // the pool's; otter has no lease
-		"| leaked = 0 in every run (8 runs) | 0 runs leaked | yes |",
-		"| hotset P=100000 cap 1000: epcache peak live ≤ cap | 1000 (overshoot +0) | yes |",
-		"| hotset P=100000 cap 1000: epcache released in use = 0 | 0 | yes |",
-		"| hotset P=100000 cap 1000: epcache hit ratio ≥ otter's − 2 points | 59.0% (otter 60.0%) | yes |",
-		"| hotset P=100000 cap 1000: epcache ÷ otter (ops/s ≥ otter's) ≤ 1.00 | 0.833 | yes |",
+		"| hit: 1,024 uint64 peers | per Get | 6.0 ns (5.0 ns–9.0 ns) | xsync4 4.5 ns (4.0 ns–5.0 ns) | 1.33 |",
+		"| storm: 1,024 peers, 64 goroutines, dial 1ms | until every goroutine has every peer | 20.0 ms | mutex 1.00 s | 0.02 |",
+		"| lease: one hot peer, GOMAXPROCS 1 | per Acquire, use, Release | 16.0 ns | pool 30.0 ns | 0.53 |",
+		"| lease: one hot peer, GOMAXPROCS 2 | per Acquire, use, Release | 9.0 ns | xsync4rc 12.0 ns | 0.75 |",
 	} {
 		if !strings.Contains(doc, want) {
-			t.Errorf("targets lack %q:\n%s", want, doc)
+			t.Errorf("headlines lack %q:\n%s", want, doc)
 		}
+	}
+	if strings.Contains(doc, "string peers") || strings.Contains(doc, "array") {
+		t.Errorf("headlines show a row without epcache's runs, or the floor:\n%s", doc)
+	}
+	note := headlineNote(results)
+	if !strings.Contains(note, "epcache 0.56, the pool 1.50") {
+		t.Errorf("headlineNote = %q; want the hot peer's scaling", note)
 	}
 }
 
