@@ -7,7 +7,6 @@ import (
 	"net"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,34 +72,65 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// silentLease is a client's Lease that never sends a keep-alive: a lease
-// granted through it expires TTL after its grant, as a dead process's
-// does, however late the process would have sent its keep-alives.
-type silentLease struct{ clientv3.Lease }
-
-func (silentLease) KeepAlive(ctx context.Context, _ clientv3.LeaseID) (<-chan *clientv3.LeaseKeepAliveResponse, error) {
-	ch := make(chan *clientv3.LeaseKeepAliveResponse)
-	context.AfterFunc(ctx, func() { close(ch) })
-	return ch, nil
-}
-
-// patientOpen is a client's KV whose first read, the one Open makes, waits
-// for etcd however long it takes; every later request keeps the
-// directory's Timeout.
-type patientOpen struct {
-	clientv3.KV
-	opened atomic.Bool
-}
-
-func (k *patientOpen) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	if !k.opened.Swap(true) {
-		ctx = context.WithoutCancel(ctx)
-	}
-	return k.KV.Get(ctx, key, opts...)
-}
-
 func lookupIs(d *etcddir.Directory, peer int, want string) func() bool {
 	return func() bool { got, err := d.Lookup(peer); return err == nil && got == want }
+}
+
+func withdrawn(d *etcddir.Directory, peer int) func() bool {
+	return func() bool {
+		_, err := d.Lookup(peer)
+		var np *directory.NotPublishedError
+		return errors.As(err, &np) && np.Withdrawn
+	}
+}
+
+// request returns a context for one of the test's own requests to etcd.
+func request(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// stored returns what etcd holds under key: its value, or "(absent)".
+func stored(t *testing.T, c *clientv3.Client, key string) string {
+	t.Helper()
+	resp, err := c.Get(request(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "(absent)"
+	}
+	return string(resp.Kvs[0].Value)
+}
+
+// modRevision returns the revision of the last write of key.
+func modRevision(t *testing.T, c *clientv3.Client, key string) int64 {
+	t.Helper()
+	resp, err := c.Get(request(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		t.Fatalf("etcd holds nothing under %q", key)
+	}
+	return resp.Kvs[0].ModRevision
+}
+
+// lapse revokes the lease that key is bound to, as etcd does when the
+// keep-alives of the process that holds it stop reaching it for TTL.
+func lapse(t *testing.T, c *clientv3.Client, key string) {
+	t.Helper()
+	resp, err := c.Get(request(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		t.Fatalf("lapse: etcd holds nothing under %q", key)
+	}
+	if _, err := c.Revoke(request(t), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Two processes: one publishes, the other sees it through its watch; the
@@ -311,5 +341,146 @@ func TestEtcdRestart(t *testing.T) {
 	eventually(t, "a's watch resumes", lookupIs(a, 1, "127.0.0.1:7001"))
 	if got, err := b.Lookup(0); err != nil || got != "127.0.0.1:7000" {
 		t.Fatalf("a's publication after the restart: %q, %v", got, err)
+	}
+}
+
+// Each garbled entry counts once, however often the mirror reads it
+// (issue 24, 10: one garbled key counted 3 after two reloads), and stops
+// counting once deleted or made valid.
+func TestMalformedCountsEntriesNotReads(t *testing.T) {
+	s := server(t)
+	tc := client(t, s.URL())
+	prefix := "/test/" + t.Name() + "/"
+	for k, v := range map[string]string{"abc": "x", "1": ""} {
+		if _, err := tc.Put(request(t), prefix+k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := client(t, s.URL())
+	gw := &gatedWatch{Watcher: c.Watcher, open: make(chan struct{})}
+	close(gw.open)
+	c.Watcher = gw
+	d := open(t, c, nil)
+	if got := d.Malformed(); got != 2 {
+		t.Fatalf("Malformed() after Open = %d; want 2", got)
+	}
+	eventually(t, "two reloads", func() bool {
+		if d.Reloads() >= 2 {
+			return true
+		}
+		gw.breakAll() // the watch ends; the mirror reads the prefix again
+		return false
+	})
+	if got := d.Malformed(); got != 2 {
+		t.Fatalf("Malformed() after %d reloads = %d; want 2, one per garbled entry", d.Reloads(), got)
+	}
+	if _, err := tc.Delete(request(t), prefix+"abc"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.Put(request(t), prefix+"1", "127.0.0.1:7001"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the mirror sees peer 1's address", lookupIs(d, 1, "127.0.0.1:7001")) // after the delete, in revision order
+	if got := d.Malformed(); got != 0 {
+		t.Fatalf("Malformed() once the garbled entries were deleted or made valid = %d; want 0", got)
+	}
+}
+
+// Close with etcd away waits for its revokes under one deadline, Timeout,
+// not one Timeout per publication in turn. The revokes are never answered,
+// as by an etcd that went away; everything else waits for etcd however
+// long it takes, so that only Close depends on the short Timeout.
+func TestCloseRevokesUnderOneDeadline(t *testing.T) {
+	s := server(t)
+	c := client(t, s.URL())
+	c.KV = patientKV{c.KV}
+	revokes := &unansweredRevoke{Lease: c.Lease}
+	c.Lease = revokes
+	const timeout = time.Second
+	d, err := etcddir.Open(context.Background(), etcddir.Options{Client: c, Prefix: "/test/" + t.Name() + "/", Size: 4, TTL: time.Hour, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	for peer := range n {
+		if err := d.Publish(peer, fmt.Sprintf("127.0.0.1:%d", 7000+peer)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	d.Close()
+	t.Logf("Close with %d unanswered revokes took %v (Timeout %v)", n, time.Since(start).Round(time.Millisecond), timeout)
+	revokes.mu.Lock()
+	deadlines := slices.Clone(revokes.deadlines)
+	revokes.mu.Unlock()
+	if len(deadlines) != n {
+		t.Fatalf("Close revoked %d leases; want %d", len(deadlines), n)
+	}
+	if spread := slices.MaxFunc(deadlines, time.Time.Compare).Sub(slices.MinFunc(deadlines, time.Time.Compare)); spread >= timeout {
+		t.Fatalf("the revokes' deadlines are %v apart; want them under one deadline, not one Timeout (%v) after another", spread, timeout)
+	}
+}
+
+// A Publish whose write reached etcd when Close began, and which returned
+// only after Close, fails and leaves nothing in etcd: Close revoked what it
+// found, and the lease of that Publish was not among it.
+func TestPublishOverlappingCloseLeavesNothing(t *testing.T) {
+	s := server(t)
+	tc := client(t, s.URL())
+	key := "/test/" + t.Name() + "/1"
+	c := client(t, s.URL())
+	gate := newGatePut(c.KV, key)
+	c.KV = gate
+	d := open(t, c, nil)
+	done := make(chan error, 1)
+	go func() { done <- d.Publish(1, "127.0.0.1:7001") }()
+	<-gate.landed
+	d.Close()
+	close(gate.release)
+	err := <-done
+	if got := stored(t, tc, key); got != "(absent)" {
+		t.Fatalf("Publish overlapping Close returned %v, and etcd still holds %q for peer 1 (until the lease's TTL); want nothing", err, got)
+	}
+	if err == nil {
+		t.Fatal("Publish overlapping Close returned nil, and its address is not in etcd")
+	}
+	t.Logf("Publish overlapping Close: %v", err)
+}
+
+// The values readers accept (see "Values" in the package doc): a bare
+// address, and one tagged with the life it continues, whose revision is no
+// later than the value's own.
+func TestValueFormats(t *testing.T) {
+	s := server(t)
+	tc := client(t, s.URL())
+	prefix := "/test/" + t.Name() + "/"
+	for k, v := range map[string]string{
+		"0": "127.0.0.1:7000",
+		"1": "epcache-life=1 127.0.0.1:7001",
+		"2": "epcache-life=x 127.0.0.1:7002",
+		"3": "epcache-life=999999 127.0.0.1:7003",
+	} {
+		if _, err := tc.Put(request(t), prefix+k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := open(t, client(t, s.URL()), nil)
+	for peer, want := range []string{"127.0.0.1:7000", "127.0.0.1:7001"} {
+		if got, err := d.Lookup(peer); err != nil || got != want {
+			t.Errorf("Lookup(%d) = %q, %v; want %q", peer, got, err, want)
+		}
+	}
+	for _, peer := range []int{2, 3} {
+		_, err := d.Lookup(peer)
+		if err == nil || errors.Is(err, directory.ErrNotPublished) {
+			t.Errorf("Lookup(%d) of a garbled tag: %v; want an error that is not 'not published'", peer, err)
+		}
+		t.Logf("garbled tag: %v", err)
+	}
+	if got := d.Malformed(); got != 2 {
+		t.Errorf("Malformed() = %d; want 2", got)
+	}
+	if err := d.Publish(0, "epcache-life=1 127.0.0.1:7000"); err == nil {
+		t.Error("Publish of an address that begins with the tag succeeded")
 	}
 }
