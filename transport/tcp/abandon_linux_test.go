@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/epcache/epcache/transport/directory"
+	"github.com/epcache/epcache/transport/internal/meshtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -30,7 +31,8 @@ func TestAbandonedDialIsNotTaken(t *testing.T) {
 	require.NoError(t, err)
 	defer ln.Close()
 	require.NoError(t, dir.Publish(0, ln.Addr().String()))
-	p, err := Listen(Config{ID: 1, Directory: dir})
+	// Peer 1's dial waits for the test's answer as long as the test takes.
+	p, err := Listen(Config{ID: 1, Directory: dir, HandshakeTimeout: meshtest.Patience, CreateTimeout: meshtest.Patience})
 	require.NoError(t, err)
 	defer p.Close()
 
@@ -43,23 +45,25 @@ func TestAbandonedDialIsNotTaken(t *testing.T) {
 	_, err = io.ReadFull(dialed, hb[:])
 	require.NoError(t, err)
 
-	gone, err := net.Dial("tcp", p.Addr())
-	require.NoError(t, err)
-	// Corked (TCP_CORK, Linux's: hence this file's name), the hello
-	// leaves with the end of the stream, in one segment: peer 1 cannot
-	// read it before the dialer has gone.
-	rc, err := gone.(*net.TCPConn).SyscallConn()
-	require.NoError(t, err)
-	require.NoError(t, rc.Control(func(fd uintptr) {
-		err = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_CORK, 1)
-	}))
-	require.NoError(t, err)
-	h := hello{from: 0, to: 1, inc: 7, nonce: 42}
-	b := h.marshal()
-	_, err = gone.Write(b[:])
-	require.NoError(t, err)
-	require.NoError(t, gone.Close()) // the dialer goes before the acceptor has read a byte
-	require.Eventually(t, func() bool { return p.Stats().Abandoned > 0 || len(sent) > 0 }, 10*time.Second, time.Millisecond)
+	// The acceptor registers a connection it accepts under p.mu before it
+	// reads a byte of it: held here, it cannot read the hello until the end
+	// of the stream is in its socket too (acknowledged: the dialer's end is
+	// in FIN_WAIT2), however slowly the dialer's steps follow one another.
+	func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		gone, err := net.Dial("tcp", p.Addr())
+		require.NoError(t, err)
+		defer gone.Close() // the dialer goes before the acceptor has read a byte
+		h := hello{from: 0, to: 1, inc: 7, nonce: 42}
+		b := h.marshal()
+		_, err = gone.Write(b[:])
+		require.NoError(t, err)
+		require.NoError(t, gone.(*net.TCPConn).CloseWrite())
+		require.True(t, meshtest.Eventually(t, func() bool { return tcpState(t, gone.(*net.TCPConn)) == tcpFinWait2 },
+			"the acceptor's kernel never acknowledged the end of the stream"))
+	}()
+	require.True(t, meshtest.Eventually(t, func() bool { return p.Stats().Abandoned > 0 || len(sent) > 0 }))
 	select {
 	case err := <-sent:
 		t.Fatalf("Send returned (%v) with a connection whose dialer had gone; stats %+v", err, p.Stats())
@@ -74,7 +78,7 @@ func TestAbandonedDialIsNotTaken(t *testing.T) {
 	_, err = dialed.Write(rb[:])
 	require.NoError(t, err)
 	require.NoError(t, <-sent)
-	require.NoError(t, dialed.SetReadDeadline(time.Now().Add(10*time.Second)))
+	require.NoError(t, dialed.SetReadDeadline(time.Now().Add(meshtest.Hang)))
 	var fh [frameHead]byte
 	_, err = io.ReadFull(dialed, fh[:])
 	require.NoError(t, err)
@@ -82,4 +86,28 @@ func TestAbandonedDialIsNotTaken(t *testing.T) {
 	_, err = io.ReadFull(dialed, payload)
 	require.NoError(t, err)
 	assert.Equal(t, "frame", string(payload), "the frame came on peer 1's own dial")
+}
+
+// tcpFinWait2 is Linux's TCP_FIN_WAIT2: this end's FIN was acknowledged.
+const tcpFinWait2 = 5
+
+// tcpState returns the state of nc's socket: the first byte of Linux's
+// struct tcp_info (tcpi_state), of the first four bytes that
+// getsockopt(TCP_INFO) copies into an int (the kernel copies as much of
+// the struct as fits).
+func tcpState(t *testing.T, nc *net.TCPConn) byte {
+	t.Helper()
+	rc, err := nc.SyscallConn()
+	require.NoError(t, err)
+	var (
+		v    int
+		gerr error
+	)
+	require.NoError(t, rc.Control(func(fd uintptr) {
+		v, gerr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_INFO)
+	}))
+	require.NoError(t, gerr, "getsockopt(TCP_INFO)")
+	var b [4]byte
+	binary.NativeEndian.PutUint32(b[:], uint32(v))
+	return b[0]
 }

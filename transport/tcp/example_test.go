@@ -20,11 +20,14 @@ func Example() {
 	cfg := tcp.Config{
 		Directory: dir,
 		MaxFrame:  64 << 10,
-		// Retry "not published yet" with backoff, for up to 2s; remember
-		// any other failure for a second.
-		Retry:         epcache.Backoff(time.Millisecond, 50*time.Millisecond, 0, tcp.Retryable),
-		CreateTimeout: 2 * time.Second,
-		ErrorTTL:      time.Second,
+		// Retry "not published yet" with backoff, for up to a minute;
+		// remember any other failure for a second. A handshake may take
+		// as long: a busy machine answers late, and a dead peer refuses at
+		// once.
+		Retry:            epcache.Backoff(time.Millisecond, 50*time.Millisecond, 0, tcp.Retryable),
+		CreateTimeout:    time.Minute,
+		HandshakeTimeout: time.Minute,
+		ErrorTTL:         time.Second,
 	}
 	cfg.ID = 0
 	a, err := tcp.Listen(cfg)

@@ -60,3 +60,10 @@ func ReportFailure(p *Peer, r int) bool {
 // ClosedUnderWriter counts p's connections closed while a frame was being
 // written on them.
 func ClosedUnderWriter(p *Peer) uint64 { return p.stats.closedUnderWriter.Load() }
+
+// Writing reports whether a frame is being written on the connection p's
+// cache holds for peer r: a Send holds its lease on it.
+func Writing(p *Peer, r int) bool {
+	c, ok := p.cache.Load(r)
+	return ok && c.writing.Load() != 0
+}

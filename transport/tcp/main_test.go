@@ -6,7 +6,6 @@ import (
 	"os"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/epcache/epcache/transport/directory"
 	"github.com/epcache/epcache/transport/internal/meshtest"
@@ -51,10 +50,10 @@ func checkFDs(t *testing.T, baseline int) {
 		return
 	}
 	var now int
-	ok := assert.Eventually(t, func() bool {
+	ok := eventually(t, func() bool {
 		now = openFDs(t)
 		return now == baseline
-	}, 5*time.Second, 10*time.Millisecond)
+	})
 	if !ok {
 		t.Errorf("%d descriptors open after closing every peer; %d before", now, baseline)
 	}
@@ -71,12 +70,12 @@ type mesh struct {
 // startMesh starts peers 0 to n-1 of a directory of size dirSize (n if 0),
 // with cfg adjusting each peer's Config. The peers are closed when the test
 // ends, if the test did not close them.
-func startMesh(t *testing.T, n, dirSize int, delay time.Duration, cfg func(*tcp.Config)) *mesh {
+func startMesh(t *testing.T, n, dirSize int, cfg func(*tcp.Config)) *mesh {
 	t.Helper()
 	if dirSize == 0 {
 		dirSize = n
 	}
-	dir, err := directory.New(directory.Options{Size: dirSize, Delay: delay})
+	dir, err := directory.New(directory.Options{Size: dirSize})
 	require.NoError(t, err)
 	m := &mesh{dir: dir, peers: make([]*tcp.Peer, n), in: make([]*inbox, n)}
 	t.Cleanup(func() { m.close(t) })
@@ -86,10 +85,11 @@ func startMesh(t *testing.T, n, dirSize int, delay time.Duration, cfg func(*tcp.
 	return m
 }
 
-// start starts (or restarts) peer i.
+// start starts (or restarts) peer i. Its handshakes and connections are
+// given patience: a test that tests one of those timeouts sets it in cfg.
 func (m *mesh) start(t *testing.T, i int, cfg func(*tcp.Config)) {
 	t.Helper()
-	c := tcp.Config{ID: i, Directory: m.dir}
+	c := tcp.Config{ID: i, Directory: m.dir, HandshakeTimeout: patience, CreateTimeout: patience}
 	if cfg != nil {
 		cfg(&c)
 	}
@@ -135,8 +135,18 @@ func receive(p *tcp.Peer, n int) *inbox {
 }
 
 var (
-	payload   = meshtest.Payload
-	waitTotal = meshtest.WaitTotal
+	payload    = meshtest.Payload
+	waitTotal  = meshtest.WaitTotal
+	waitFinals = meshtest.WaitFinals
+	eventually = meshtest.Eventually
+)
+
+const (
+	// hang bounds a wait that only detects a hang (see meshtest.Hang).
+	hang = meshtest.Hang
+	// patience is the HandshakeTimeout and CreateTimeout of a peer whose
+	// test does not test them (see meshtest.Patience).
+	patience = meshtest.Patience
 )
 
 // checkOnePerPair asserts that every pair of peers among ids that holds an
@@ -160,14 +170,16 @@ func checkOnePerPair(t *testing.T, m *mesh, ids []int) {
 			}
 		}
 	}
+	// The ends that lost, or were given up, close on their own goroutines,
+	// some once the other end has closed its side.
 	var open int64
-	ok := assert.Eventually(t, func() bool {
+	ok := eventually(t, func() bool {
 		open = 0
 		for _, i := range ids {
 			open += m.peers[i].Stats().Open()
 		}
 		return open == int64(2*pairs)
-	}, 5*time.Second, 5*time.Millisecond)
+	})
 	if !ok {
 		t.Errorf("%d connection ends open for %d pairs; want exactly 2 per pair", open, pairs)
 	}

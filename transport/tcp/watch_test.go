@@ -58,7 +58,8 @@ func TestWatchForgetsARestartedPeer(t *testing.T) {
 	ctx := context.Background()
 	newPeer := func(id int) *tcp.Peer {
 		p, err := tcp.Listen(tcp.Config{ID: id, Directory: dir, ErrorTTL: time.Hour,
-			Retry: func(int, error) (time.Duration, bool) { return 0, false }})
+			Retry:            func(int, error) (time.Duration, bool) { return 0, false },
+			HandshakeTimeout: patience, CreateTimeout: patience})
 		require.NoError(t, err)
 		return p
 	}

@@ -5,6 +5,7 @@ package ucx_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -91,23 +92,23 @@ func TestBadAddress(t *testing.T) {
 
 // TestBadInput feeds a peer what it must refuse: sends to peers that do not
 // exist, to itself, messages over MaxMessage, a directory entry that is not
-// a worker address; and a receiver whose MaxMessage is smaller than a
-// message sent to it. Each is a clear error, and nothing leaks.
+// a worker address, a peer that never publishes; and a receiver whose
+// MaxMessage is smaller than a message sent to it. Each is a clear error,
+// and nothing leaks.
 func TestBadInput(t *testing.T) {
 	c := newContext(t, nil)
 	// Peers 0 and 1 run; peer 2 is in the directory, with garbage for an
-	// address; peer 3 never publishes.
-	m := startMesh(t, c, 2, 4, 0, func(c *ucx.Config) {
+	// address.
+	m := startMesh(t, c, 2, 3, func(c *ucx.Config) {
 		if c.ID == 1 {
 			c.MaxMessage = 16
 		}
-		c.CreateTimeout = 200 * time.Millisecond
 	})
 	p := m.peers[0]
 	ctx := context.Background()
 	require.NoError(t, m.dir.Publish(2, "this is not a UCX worker address"))
 
-	err := p.Send(ctx, 4, []byte("x"))
+	err := p.Send(ctx, 3, []byte("x"))
 	assert.ErrorIs(t, err, directory.ErrUnknownPeer)
 	assert.ErrorIs(t, p.Send(ctx, -1, []byte("x")), directory.ErrUnknownPeer)
 	assert.ErrorIs(t, p.Send(ctx, 0, []byte("x")), ucx.ErrSelf)
@@ -116,10 +117,26 @@ func TestBadInput(t *testing.T) {
 	err = p.Send(ctx, 2, []byte("x"))
 	assert.ErrorIs(t, err, ucx.ErrBadAddress, "a garbage address in the directory")
 	t.Logf("garbage address: %v", err)
-	err = p.Send(ctx, 3, []byte("x"))
+
+	// A peer that never publishes fails the send at CreateTimeout. The
+	// timeout is short for the test, so it belongs to a peer of its own,
+	// which connects to nobody else: it cuts no other connection short.
+	impatient, err := ucx.Start(ucx.Config{ID: 0, Directory: neverPublished(t), Context: c, CreateTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, impatient.Close()) }()
+	// On a slow machine, the timeout can end the creation before its first
+	// lookup has returned: the error can only say that time ran out, and
+	// the send is made again.
+	send := func() error { return impatient.Send(ctx, 1, []byte("x")) }
+	err = send()
+	for began := time.Now(); errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, directory.ErrNotPublished); err = send() {
+		t.Logf("no attempt had failed before the timeout: %v", err)
+		require.Less(t, time.Since(began), hang, "no attempt ever failed before the timeout")
+	}
 	assert.ErrorIs(t, err, directory.ErrNotPublished, "a peer that never publishes, after CreateTimeout")
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	t.Logf("never published: %v", err)
+	assert.NoError(t, impatient.Close())
 
 	// Peer 1 receives into 16 bytes: a longer message is dropped and
 	// counted; a short one after it arrives.
@@ -131,7 +148,7 @@ func TestBadInput(t *testing.T) {
 	for _, cfg := range []ucx.Config{
 		{ID: 0, Context: c},
 		{ID: 0, Directory: m.dir},
-		{ID: 4, Directory: m.dir, Context: c},
+		{ID: 3, Directory: m.dir, Context: c},
 		{ID: 0, Directory: m.dir, Context: c, MaxMessage: ucx.MaxMessageLimit + 1},
 		{ID: 0, Directory: m.dir, Context: c, ErrorTTL: -1},
 	} {
@@ -141,4 +158,13 @@ func TestBadInput(t *testing.T) {
 	_, err = ucx.NewContext(ucx.Options{Config: map[string]string{"USE_MT_MUTEX": "perhaps", "LOG_LEVEL": "fatal"}})
 	assert.Error(t, err, "a value UCX cannot parse")
 	t.Logf("bad configuration: %v", err)
+}
+
+// neverPublished returns a directory of two peers in which peer 1 never
+// publishes.
+func neverPublished(t *testing.T) *directory.Directory {
+	t.Helper()
+	dir, err := directory.New(directory.Options{Size: 2})
+	require.NoError(t, err)
+	return dir
 }

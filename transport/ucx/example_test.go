@@ -5,6 +5,7 @@ package ucx_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/epcache/epcache/transport/directory"
 	"github.com/epcache/epcache/transport/ucx"
@@ -22,7 +23,9 @@ func Example() {
 	dir, _ := directory.New(directory.Options{Size: 2})
 	var peers [2]*ucx.Peer
 	for i := range peers {
-		if peers[i], err = ucx.Start(ucx.Config{ID: i, Directory: dir, Context: c}); err != nil {
+		// A minute to connect: a busy machine wires up late, and a dead
+		// peer fails at once.
+		if peers[i], err = ucx.Start(ucx.Config{ID: i, Directory: dir, Context: c, CreateTimeout: time.Minute}); err != nil {
 			panic(err)
 		}
 		defer peers[i].Close()

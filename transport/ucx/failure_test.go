@@ -72,7 +72,7 @@ func testDeadPeer(t *testing.T, unpublish bool) {
 		c.ErrorTTL = ttl
 		c.Retry = epcache.Backoff(time.Millisecond, 10*time.Millisecond, 3, ucx.Retryable)
 	}
-	m := startMesh(t, c, peers, 0, 0, cfg)
+	m := startMesh(t, c, peers, 0, cfg)
 	all, survivors := []int{0, 1, 2, 3}, []int{0, 1, 2}
 	want := map[int]int64{}
 	exchange(t, m, all, want)
@@ -86,14 +86,21 @@ func testDeadPeer(t *testing.T, unpublish bool) {
 		m.dir.Unpublish(victim) // the resource manager noticed
 	}
 	for _, i := range survivors {
-		assert.Eventually(t, func() bool {
+		eventually(t, func() bool {
 			_, held := ucx.Held(m.peers[i], victim)
 			return m.peers[i].Stats().Endpoints.Failed == 1 && !held
-		}, 5*time.Second, time.Millisecond, "peer %d: the error callback of its endpoint to the dead peer", i)
+		}, "peer %d: the error callback of its endpoint to the dead peer", i)
 	}
 	before := make([]ucx.Stats, peers)
 	for _, i := range survivors {
 		before[i] = m.peers[i].Stats()
+	}
+	// The senders hammer the dead peer for at least hammer, and each peer's
+	// go on until one of its sends has been answered by the remembered
+	// failure, which a slow machine may take longer to reach. The bound on
+	// connection attempts follows from the time the hammering really lasted.
+	remembered := func(i int) bool {
+		return m.peers[i].Stats().Cache.ErrorHits > before[i].Cache.ErrorHits
 	}
 	var (
 		wg               sync.WaitGroup
@@ -102,14 +109,18 @@ func testDeadPeer(t *testing.T, unpublish bool) {
 		hammerCtx, abort = context.WithTimeout(context.Background(), hammer)
 	)
 	defer abort()
+	began := time.Now()
 	for _, i := range survivors {
 		for range senders {
 			wg.Go(func() {
-				for hammerCtx.Err() == nil {
+				for {
 					sends.Add(1)
 					if err := m.peers[i].Send(context.Background(), victim, payload(i, 0, 0)); err != nil {
 						failures.Add(1)
 						lastErr[i].Store(&err)
+					}
+					if hammerCtx.Err() != nil && remembered(i) || time.Since(began) > hang {
+						return
 					}
 					time.Sleep(100 * time.Microsecond)
 				}
@@ -117,9 +128,10 @@ func testDeadPeer(t *testing.T, unpublish bool) {
 		}
 	}
 	wg.Wait()
-	t.Logf("%d sends to the dead peer in %v, %d failed", sends.Load(), hammer, failures.Load())
+	elapsed := time.Since(began)
+	t.Logf("%d sends to the dead peer in %v, %d failed", sends.Load(), elapsed, failures.Load())
 	assert.Equal(t, sends.Load(), failures.Load(), "every send to the dead peer fails")
-	maxConnects := uint64(hammer/ttl) + 2 // one per ErrorTTL, and one for scheduling slack
+	maxConnects := uint64(elapsed/ttl) + 2 // attempts at least ErrorTTL apart: elapsed/ttl + 1, and one to spare
 	if unpublish {
 		maxConnects = 0 // the lookups fail: nothing to connect to
 	}
@@ -160,7 +172,7 @@ func testDeadPeer(t *testing.T, unpublish bool) {
 	for _, i := range survivors {
 		assert.Eventually(t, func() bool {
 			return m.peers[i].Send(context.Background(), victim, payload(i, 1, 0)) == nil
-		}, 5*ttl, ttl/10, "peer %d cannot reach the restarted peer", i)
+		}, hang, ttl/10, "peer %d cannot reach the restarted peer", i)
 	}
 	want[victim] = int64(len(survivors))
 	waitTotal(t, m.in[victim], want[victim], "restarted peer")
@@ -181,7 +193,7 @@ func testDeadPeer(t *testing.T, unpublish bool) {
 // failed endpoints are dropped, and nothing leaks.
 func TestFailureDuringSend(t *testing.T) {
 	c := newContext(t, quiet())
-	m := startMesh(t, c, 3, 0, 0, func(c *ucx.Config) { c.ErrorTTL = 50 * time.Millisecond })
+	m := startMesh(t, c, 3, 0, func(c *ucx.Config) { c.ErrorTTL = 50 * time.Millisecond })
 	exchange(t, m, []int{0, 1, 2}, map[int]int64{})
 	var (
 		wg            sync.WaitGroup
@@ -213,9 +225,11 @@ func TestFailureDuringSend(t *testing.T) {
 			})
 		}
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Sends succeed while the peer lives, and fail once it is gone: each
+	// phase lasts until it has been seen, however slowly the senders run.
+	eventually(t, func() bool { return ok.Load() > 0 }, "no send succeeded before the peer closed")
 	m.kill(t, 2)
-	time.Sleep(100 * time.Millisecond) // sends to the dead peer
+	eventually(t, func() bool { return failed.Load() > 0 }, "no send to the dead peer failed")
 	close(stop)
 	wg.Wait()
 	t.Logf("%d sends succeeded, %d failed", ok.Load(), failed.Load())

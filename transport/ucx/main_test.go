@@ -6,7 +6,6 @@ import (
 	"context"
 	"maps"
 	"testing"
-	"time"
 
 	"github.com/epcache/epcache/transport/directory"
 	"github.com/epcache/epcache/transport/internal/meshtest"
@@ -73,12 +72,12 @@ type mesh struct {
 // startMesh starts peers 0 to n-1 of a directory of size dirSize (n if 0)
 // in ctx, with cfg adjusting each peer's Config. The peers are closed when
 // the test ends, if the test did not close them.
-func startMesh(t *testing.T, c *ucx.Context, n, dirSize int, delay time.Duration, cfg func(*ucx.Config)) *mesh {
+func startMesh(t *testing.T, c *ucx.Context, n, dirSize int, cfg func(*ucx.Config)) *mesh {
 	t.Helper()
 	if dirSize == 0 {
 		dirSize = n
 	}
-	dir, err := directory.New(directory.Options{Size: dirSize, Delay: delay})
+	dir, err := directory.New(directory.Options{Size: dirSize})
 	require.NoError(t, err)
 	m := &mesh{ctx: c, dir: dir, peers: make([]*ucx.Peer, n), in: make([]*inbox, n)}
 	t.Cleanup(func() { m.close(t) })
@@ -88,10 +87,11 @@ func startMesh(t *testing.T, c *ucx.Context, n, dirSize int, delay time.Duration
 	return m
 }
 
-// start starts (or restarts) peer i.
+// start starts (or restarts) peer i. Its connections are given patience: a
+// test that tests CreateTimeout sets it in cfg.
 func (m *mesh) start(t *testing.T, i int, cfg func(*ucx.Config)) {
 	t.Helper()
-	c := ucx.Config{ID: i, Directory: m.dir, Context: m.ctx}
+	c := ucx.Config{ID: i, Directory: m.dir, Context: m.ctx, CreateTimeout: patience}
 	if cfg != nil {
 		cfg(&c)
 	}
@@ -140,6 +140,23 @@ func receive(p *ucx.Peer, n int) *inbox {
 }
 
 var (
-	payload   = meshtest.Payload
-	waitTotal = meshtest.WaitTotal
+	payload    = meshtest.Payload
+	waitTotal  = meshtest.WaitTotal
+	eventually = meshtest.Eventually
 )
+
+const (
+	// hang bounds a wait that only detects a hang (see meshtest.Hang).
+	hang = meshtest.Hang
+	// patience is the CreateTimeout of a peer whose test does not test it
+	// (see meshtest.Patience).
+	patience = meshtest.Patience
+)
+
+// sendOrHang sends payload from p to peer to, with a context that ends only
+// if the Send hangs.
+func sendOrHang(p *ucx.Peer, to int, payload []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	return p.Send(ctx, to, payload)
+}

@@ -145,8 +145,11 @@ func (gt *gate) arrive(from, to int) {
 	gt.mu.Unlock()
 	select {
 	case <-ch:
-	case <-time.After(10 * time.Second):
-		panic(fmt.Sprintf("gate (%d, %d): only %d of %d goroutines arrived", from, to, gt.count[k], gt.g))
+	case <-time.After(hang):
+		gt.mu.Lock()
+		n := gt.count[k]
+		gt.mu.Unlock()
+		panic(fmt.Sprintf("gate (%d, %d): only %d of %d goroutines arrived in %v", from, to, n, gt.g, hang))
 	}
 }
 
@@ -178,8 +181,11 @@ func storm(t *testing.T, P, G int, build func(workers []*ucx.Worker, dir *direct
 		require.NoError(t, dir.Publish(i, string(workers[i].Address())))
 	}
 	eps := build(workers, dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	// Each get, send and receive ends, or the storm hangs: a context per
+	// operation bounds it by hang, however long the storm takes.
+	opCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), hang)
+	}
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for from := range P {
@@ -188,10 +194,12 @@ func storm(t *testing.T, P, G int, build func(workers []*ucx.Worker, dir *direct
 				<-start
 				for k := 1; k < P; k++ {
 					to := (from + k) % P
+					ctx, cancel := opCtx()
 					ep, err := eps.get(ctx, from, to)
 					if err == nil {
 						err = ep.Send(ctx, uint64(from)<<32|uint64(to), []byte("hi"))
 					}
+					cancel()
 					if err != nil {
 						t.Errorf("%d -> %d: %v", from, to, err)
 						return
@@ -206,7 +214,9 @@ func storm(t *testing.T, P, G int, build func(workers []*ucx.Worker, dir *direct
 	buf := make([]byte, 16)
 	for i, w := range workers {
 		for range (P - 1) * G {
+			ctx, cancel := opCtx()
 			_, tag, err := w.Recv(ctx, buf)
+			cancel()
 			require.NoError(t, err, "worker %d", i)
 			require.EqualValues(t, i, uint32(tag), "worker %d got a message for %d", i, uint32(tag))
 		}
@@ -234,15 +244,20 @@ func storm(t *testing.T, P, G int, build func(workers []*ucx.Worker, dir *direct
 
 // TestNaiveLeaks runs the same storm (8 workers × 8 goroutines, all asking
 // for the same peer at the same moment) against the naive get_ep and
-// against epcache, a few times: the naive one creates more endpoints than
-// it stores, and the surplus leaks; epcache creates exactly one per
-// (worker, peer) and leaks none. Whether the naive one loses the race in
-// a given run depends on the scheduler, so the test asks for a leak in at
-// least one of several runs; TestNaiveLeaksGated makes it certain.
+// against epcache, again and again: the naive one creates more endpoints
+// than it stores, and the surplus leaks; epcache creates exactly one per
+// (worker, peer) and leaks none. Whether the naive one loses the race in a
+// given run depends on the scheduler, so the storms go on until it has lost
+// it in two runs (else, after hang, the test fails); TestNaiveLeaksGated
+// makes the loss certain.
 func TestNaiveLeaks(t *testing.T) {
-	const P, G, runs = 8, 8, 5
+	const P, G, leaks = 8, 8, 2
 	var leakedRuns int
-	for run := range runs {
+	began := time.Now()
+	for run := 0; leakedRuns < leaks; run++ {
+		if time.Since(began) > hang {
+			t.Fatalf("the naive get_ep lost the race in %d of %d runs in %v; want %d", leakedRuns, run, hang, leaks)
+		}
 		nv := storm(t, P, G, func(ws []*ucx.Worker, dir *directory.Directory) endpoints {
 			return newNaive(ws, dir, nil)
 		})
@@ -256,12 +271,8 @@ func TestNaiveLeaks(t *testing.T) {
 		assert.Zero(t, ec.leaked, "epcache leaks nothing")
 		if nv.leaked > 0 {
 			leakedRuns++
-			if run >= 1 {
-				break // shown twice is enough
-			}
 		}
 	}
-	assert.Positive(t, leakedRuns, "the naive get_ep never lost the race in %d runs", runs)
 }
 
 // TestNaiveLeaksGated makes the race certain: between reading the empty

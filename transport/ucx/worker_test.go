@@ -9,19 +9,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epcache/epcache/transport/directory"
 	"github.com/epcache/epcache/transport/ucx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // TestLateAddress starts a peer whose address becomes visible only after
-// the directory's delay: senders that start at once retry the lookup
-// while it says "not yet published" (Config.Retry), then connect once,
-// and every message arrives.
+// the senders have looked it up: senders that start at once retry the
+// lookup while it says "not yet published" (Config.Retry), then connect
+// once, and every message arrives.
 func TestLateAddress(t *testing.T) {
 	c := newContext(t, nil)
-	const delay = 100 * time.Millisecond
-	m := startMesh(t, c, 3, 0, delay, nil)
+	// The publication is late by as long as the test wants, not by a delay
+	// a slow machine could outlast before its first lookup.
+	fence := make(chan struct{})
+	m := startMesh(t, c, 3, 0, func(c *ucx.Config) {
+		if c.ID != 2 {
+			c.Directory = fenced{c.Directory, fence}
+		}
+	})
 	var wg sync.WaitGroup
 	for _, i := range []int{0, 1} {
 		for g := range 4 {
@@ -30,6 +37,9 @@ func TestLateAddress(t *testing.T) {
 			})
 		}
 	}
+	eventually(t, func() bool { return m.peers[0].Stats().NotPublished > 0 && m.peers[1].Stats().NotPublished > 0 },
+		"peers 0 and 1 have been told 'not yet'")
+	close(fence)
 	wg.Wait()
 	waitTotal(t, m.in[2], 8, "peer 2")
 	for _, i := range []int{0, 1} {
@@ -37,6 +47,23 @@ func TestLateAddress(t *testing.T) {
 		assert.Positive(t, st.NotPublished, "peer %d: lookups answered 'not yet'", i)
 		assert.EqualValues(t, 1, st.ConnectAttempts, "peer %d: one connection, once the address was visible", i)
 		assert.EqualValues(t, 1, st.Endpoints.Created, "peer %d", i)
+	}
+}
+
+// fenced is a directory whose addresses are not visible until fence is
+// closed: every lookup says "published, not visible yet" until then, as
+// before a PMIx fence.
+type fenced struct {
+	directory.Interface
+	fence <-chan struct{}
+}
+
+func (f fenced) Lookup(peer int) (string, error) {
+	select {
+	case <-f.fence:
+		return f.Interface.Lookup(peer)
+	default:
+		return "", &directory.NotPublishedError{Peer: peer, Pending: true}
 	}
 }
 
@@ -138,36 +165,47 @@ func TestConnectCancelled(t *testing.T) {
 // nothing to do for activeWindow (200 ms), each progress goroutine sleeps
 // in epoll_wait, waking every idleTick (250 ms); the process's CPU time
 // over an idle second must stay a small fraction of a core.
+//
+// A worker turns idle activeWindow after its last work, and on a busy
+// machine the work of the exchange may end late: a second in which some
+// worker was still active says nothing of the idle cost. So the test
+// measures one second after another until one is idle (or, after hang,
+// fails with the last), and rates each by the time it really lasted.
 func TestIdleCost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("an idle second")
 	}
 	const workers = 16
 	c := newContext(t, nil)
-	m := startMesh(t, c, workers, 0, 0, nil)
+	m := startMesh(t, c, workers, 0, nil)
 	ids := make([]int, workers)
 	for i := range ids {
 		ids[i] = i
 	}
 	exchange(t, m, ids, map[int]int64{}) // every pair connected: the transports have descriptors to watch
-	time.Sleep(300 * time.Millisecond)   // past activeWindow
-	wake0 := make([]uint64, workers)
-	for i, p := range m.peers {
-		wake0[i] = p.Worker().Wakeups()
-	}
-	cpu0 := cpuTime(t)
+	time.Sleep(300 * time.Millisecond)   // past activeWindow, on a machine that keeps up
 	const idle = time.Second
-	time.Sleep(idle)
-	used := cpuTime(t) - cpu0
-	var wakeups uint64
-	for i, p := range m.peers {
-		wakeups += p.Worker().Wakeups() - wake0[i]
+	for began := time.Now(); ; {
+		wake0 := make([]uint64, workers)
+		for i, p := range m.peers {
+			wake0[i] = p.Worker().Wakeups()
+		}
+		cpu0, wall0 := cpuTime(t), time.Now()
+		time.Sleep(idle)
+		used, wall := cpuTime(t)-cpu0, time.Since(wall0)
+		var wakeups uint64
+		for i, p := range m.peers {
+			wakeups += p.Worker().Wakeups() - wake0[i]
+		}
+		perWorker := float64(wakeups) / workers / wall.Seconds()
+		t.Logf("%d idle workers (%d endpoints) for %v: %v of CPU (%.2f%% of a core), %.1f wake-ups per worker per second",
+			workers, workers*(workers-1), wall, used, 100*used.Seconds()/wall.Seconds(), perWorker)
+		if used < wall/20 && perWorker <= 8 || time.Since(began) > hang {
+			assert.Less(t, used, wall/20, "idle workers burn CPU")
+			assert.LessOrEqual(t, perWorker, 8.0, "wake-ups per idle worker per second")
+			return
+		}
 	}
-	perWorker := float64(wakeups) / workers / idle.Seconds()
-	t.Logf("%d idle workers (%d endpoints) for %v: %v of CPU (%.2f%% of a core), %.1f wake-ups per worker per second",
-		workers, workers*(workers-1), idle, used, 100*used.Seconds()/idle.Seconds(), perWorker)
-	assert.Less(t, used, idle/20, "idle workers burn CPU")
-	assert.LessOrEqual(t, perWorker, 8.0, "wake-ups per idle worker per second")
 }
 
 // cpuTime returns the CPU time (user and system) the process has used.
