@@ -145,3 +145,76 @@ func BenchmarkIdleSweep(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLeasedRemoval measures what giving up a leased value costs:
+// Invalidate of a value a lease holds (which marks every ticket of the
+// value gone and counts those held), the lease's end that then releases it,
+// and Close of a cache whose every value is leased, per value. A value
+// whose leases grew lines of tickets (several goroutines leasing it at
+// once) has more tickets to mark: lines=grown. At a million leased values
+// Close is a million such removals, no more (peers=1000000).
+func BenchmarkLeasedRemoval(b *testing.B) {
+	ctx := context.Background()
+	for _, grown := range []bool{false, true} {
+		lines := map[bool]string{false: "none", true: "grown"}[grown]
+		// acquire leases key, and with grown makes its value's lease
+		// table grow lines first: leases that find its first ticket held.
+		acquire := func(b *testing.B, c *epcache.Cache[uint64, *endpoint], k uint64) epcache.Lease[uint64, *endpoint] {
+			l, err := c.Acquire(ctx, k)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if grown {
+				for range 16 {
+					m, _ := c.Acquire(ctx, k)
+					m.Release()
+				}
+			}
+			return l
+		}
+		newCache := func(b *testing.B) *epcache.Cache[uint64, *endpoint] {
+			c, err := epcache.New(epcache.Config[uint64, *endpoint]{
+				Create:  func(_ context.Context, k uint64) (*endpoint, error) { return &endpoint{peer: int(k)}, nil },
+				Release: func(uint64, *endpoint) {},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return c
+		}
+		b.Run("op=invalidate/lines="+lines, func(b *testing.B) {
+			c := newCache(b)
+			defer c.Close()
+			leases := make([]epcache.Lease[uint64, *endpoint], b.N)
+			for i := range leases {
+				leases[i] = acquire(b, c, uint64(i))
+			}
+			b.ResetTimer()
+			for i := range leases {
+				c.Invalidate(uint64(i))
+				leases[i].Release() // the last lease: releases the value
+			}
+		})
+		for _, peers := range []int{1000, 1_000_000} {
+			b.Run("op=close/lines="+lines+"/peers="+strconv.Itoa(peers), func(b *testing.B) {
+				if grown && peers > 1000 {
+					b.Skip("a million values with grown lines: a gigabyte of lines")
+				}
+				for range b.N {
+					b.StopTimer()
+					c := newCache(b)
+					leases := make([]epcache.Lease[uint64, *endpoint], peers)
+					for i := range leases {
+						leases[i] = acquire(b, c, uint64(i))
+					}
+					b.StartTimer()
+					c.Close()
+					for _, l := range leases {
+						l.Release()
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*peers), "ns/value")
+			})
+		}
+	}
+}
