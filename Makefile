@@ -18,7 +18,7 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: test
-test: fmt-check vet lint race test-386 bench-smoke test-etcd ## gofmt, vet, staticcheck, race tests, 32-bit tests, every benchmark once, the etcd module against an embedded etcd
+test: fmt-check vet lint race test-386 bench-smoke test-etcd test-observe ## gofmt, vet, staticcheck, race tests, 32-bit tests, every benchmark once, the etcd module against an embedded etcd, the metrics modules
 
 .PHONY: fmt-check
 fmt-check: ## fail if any file is not gofmt'ed
@@ -47,6 +47,16 @@ test-etcd: ## the etcd module (etcd/: the etcd directory, epmesh): vet, staticch
 	cd etcd && GOWORK=off $(GO) vet ./...
 	cd etcd && GOWORK=off $(GO) run $(STATICCHECK) ./...
 	cd etcd && GOWORK=off $(GO) test -race -count=1 ./...
+
+.PHONY: test-observe
+test-observe: ## the metrics modules (observe/prometheus, observe/otel), each on its own as its users build it: vet, staticcheck, race tests
+	for m in observe/prometheus observe/otel; do \
+		(cd $$m && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) run $(STATICCHECK) ./... && GOWORK=off $(GO) test -race -count=1 ./...) || exit 1; \
+	done
+
+.PHONY: debugpage-png
+debugpage-png: ## results/debugpage.png: the debug page of a cache in every state, drawn by headless Chromium
+	EPBENCH_SCREENSHOT=$(CURDIR)/$(RESULTS) $(GO) test -count=1 -run TestDebugPageInBrowser ./cmd/epbench
 
 .PHONY: bench-smoke
 bench-smoke: ## every benchmark once, so that none rots

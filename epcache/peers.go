@@ -36,10 +36,11 @@ type Peer[K comparable] struct {
 	Key   K
 	State PeerState
 	// Since is when the state began: for a creation, when it was claimed
-	// (a wait for room included); for a failure, when it failed; for a
-	// lingering value, when it was given up; for a ready value, when it was
-	// published, with MaxEntries set (otherwise the cache does not keep
-	// it, and Since is zero).
+	// (a wait for room included); for a remembered failure, when it
+	// failed, and for a timed-out creation still running, when it was
+	// claimed; for a lingering value, when it was given up; for a ready
+	// value, when it was published, with MaxEntries set (otherwise the
+	// cache does not keep it, and Since is zero).
 	Since time.Time
 	// Idle is, for a ready value with IdleTimeout set, how long it has been
 	// unused at least, in steps of IdleTimeout/4; 0 otherwise.

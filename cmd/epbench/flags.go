@@ -133,6 +133,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.margin, "margin", 2, "with -compare: how many times worse than the baseline a ratio may be")
 	fs.IntVar(&o.recheck, "recheck", 2, "with -compare: run the specs of a ratio worse than -margin allows this many more times, and judge the ratio by the medians of all runs (0: judge the first runs)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the runs to this file (go tool pprof)")
+	fs.StringVar(&o.debug, "debug", "", "serve a debug page of the epcache caches the runs build at this address (such as localhost:6060) while they run: every peer's state, the totals, creation latency")
 	fs.StringVar(&o.trace, "trace", "", "write an execution trace of the runs to this file (go tool trace): scheduler latency, blocking, creations")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

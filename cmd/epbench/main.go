@@ -77,6 +77,7 @@ type options struct {
 	recheck    int
 	cpuprofile string
 	trace      string
+	debug      string
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -91,11 +92,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
 
+	var debug *debugServer
+	if o.debug != "" {
+		if debug, err = startDebug(o.debug, stderr); err != nil {
+			return err
+		}
+		defer debug.close()
+	}
 	stopProfiles, err := startProfiles(o.cpuprofile, o.trace)
 	if err != nil {
 		return err
 	}
-	results, err := runAll(ctx, specs, o.count, stderr)
+	results, err := runAll(ctx, specs, o.count, stderr, debug)
 	if perr := stopProfiles(); err == nil {
 		err = perr
 	}
@@ -114,7 +122,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				for i := range again {
 					again[i].Seed += uint64(o.count) // seeds the first runs did not use
 				}
-				more, err := runAll(ctx, again, o.recheck, stderr)
+				more, err := runAll(ctx, again, o.recheck, stderr, debug)
 				if err != nil {
 					return err
 				}
@@ -156,8 +164,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // runAll runs every spec count times, with a progress bar on stderr when it
-// is a terminal. Comparators that cannot serve a spec's keys are skipped.
-func runAll(ctx context.Context, specs []bench.Spec, count int, stderr io.Writer) ([]bench.Result, error) {
+// is a terminal, and the caches of each on debug's page (if not nil).
+// Comparators that cannot serve a spec's keys are skipped.
+func runAll(ctx context.Context, specs []bench.Spec, count int, stderr io.Writer, debug *debugServer) ([]bench.Result, error) {
 	total := len(specs) * count
 	visible := false
 	if f, ok := stderr.(*os.File); ok {
@@ -177,6 +186,7 @@ func runAll(ctx context.Context, specs []bench.Spec, count int, stderr io.Writer
 		for _, s := range specs {
 			bar.Describe(s.Name())
 			s.Seed += uint64(i)
+			debug.begin(s)
 			r, err := bench.Run(ctx, s)
 			bar.Add(1)
 			switch {

@@ -1,6 +1,6 @@
 // Package modcheck holds a test of the module graph: a program that
 // imports the library's packages (epcache, shard, transport/tcp,
-// transport/directory) must get none of the modules that only the harness,
+// transport/directory, observe/debugpage) must get none of the modules that only the harness,
 // its charts and report, the tests of other modules or the optional modules
 // (etcd, gRPC, metrics) need.
 package modcheck
@@ -43,6 +43,7 @@ import (
 	"context"
 
 	"github.com/epcache/epcache/epcache"
+	_ "github.com/epcache/epcache/observe/debugpage"
 	"github.com/epcache/epcache/shard"
 	"github.com/epcache/epcache/transport/directory"
 	"github.com/epcache/epcache/transport/tcp"

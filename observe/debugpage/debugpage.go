@@ -1,0 +1,197 @@
+package debugpage
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/epcache/epcache/epcache"
+	"github.com/epcache/epcache/transport/tcp"
+)
+
+// Errors of registration, for errors.Is.
+var (
+	// ErrBadName: the name is empty or not valid UTF-8.
+	ErrBadName = errors.New("debugpage: a source's name must be non-empty UTF-8")
+	// ErrNameTaken: another source has the name.
+	ErrNameTaken = errors.New("debugpage: name already registered")
+	// ErrAlreadyAdded: the cache (or tcp peer) is registered under another
+	// name.
+	ErrAlreadyAdded = errors.New("debugpage: already registered")
+	// ErrNil: the handler, cache, peer or function is nil.
+	ErrNil = errors.New("debugpage: nil")
+)
+
+// Handler serves the debug page of the sources registered with it: an
+// http.Handler for GET and HEAD. Its methods are safe for concurrent use,
+// with each other and with requests. Make one with [New].
+//
+// Registering and removing take a mutex that a request holds only to copy
+// the list of sources: a request walking a million peers delays neither.
+type Handler struct {
+	mu      sync.Mutex
+	sources map[string]*source
+	owners  map[any]string // each registered cache or tcp peer → its name: one name each
+}
+
+// New returns a handler with no source: its page says so.
+func New() *Handler {
+	return &Handler{sources: map[string]*source{}, owners: map[any]string{}}
+}
+
+// source is one registered name, immutable once registered: the page shows
+// whichever of stats, peers and counters it has.
+type source struct {
+	name     string
+	owner    any // the cache or peer behind it, if any
+	stats    func() epcache.Stats
+	peers    peerLister
+	counters func() map[string]float64
+}
+
+// peerLister is a cache's side of the page: it walks the cache's peers once
+// and returns the part the query asks for. Generic over the cache's key and
+// value types, so that keys are formatted only for the peers shown.
+type peerLister interface {
+	list(q *query, now time.Time) *peersJSON
+}
+
+// Add registers c under name: the page shows its totals and its peers, each
+// key formatted with fmt's %v. It returns an error, and registers nothing,
+// if h or c is nil ([ErrNil]), if name is empty ([ErrBadName]), if another
+// source has the name ([ErrNameTaken]) or if c is registered already under
+// another name ([ErrAlreadyAdded]).
+func Add[K comparable, V any](h *Handler, name string, c *epcache.Cache[K, V]) error {
+	if c == nil {
+		return fmt.Errorf("%w cache for %q", ErrNil, name)
+	}
+	return h.add(&source{name: name, owner: c, stats: c.Stats, peers: cachePeers[K, V]{c}})
+}
+
+// AddStats registers stats under name: the page shows the totals it
+// returns, for a cache whose Peers are out of reach (a transport's own). It
+// is called once per request; a panic in it is shown as the source's error.
+// Errors as for [Add].
+func (h *Handler) AddStats(name string, stats func() epcache.Stats) error {
+	if stats == nil {
+		return fmt.Errorf("%w stats function for %q", ErrNil, name)
+	}
+	return h.add(&source{name: name, stats: stats})
+}
+
+// AddTCP registers the tcp peer p under name: the page shows its
+// transport's counters (every number in tcp.Stats, and Open) and its
+// endpoint cache's totals. Errors as for [Add]; p registered twice is
+// [ErrAlreadyAdded].
+func (h *Handler) AddTCP(name string, p *tcp.Peer) error {
+	if p == nil {
+		return fmt.Errorf("%w tcp peer for %q", ErrNil, name)
+	}
+	return h.add(&source{
+		name:     name,
+		owner:    p,
+		stats:    func() epcache.Stats { return p.Stats().Cache },
+		counters: func() map[string]float64 { return tcpCounters(p.Stats()) },
+	})
+}
+
+// AddCounters registers counters under name: the page shows the figures
+// it returns, by name, sorted. It is called once per request; a panic in
+// it is shown as the source's error. Errors as for [Add].
+func (h *Handler) AddCounters(name string, counters func() map[string]float64) error {
+	if counters == nil {
+		return fmt.Errorf("%w counters function for %q", ErrNil, name)
+	}
+	return h.add(&source{name: name, counters: counters})
+}
+
+// Remove unregisters the source called name, reporting whether there was
+// one. A request under way may still show it.
+func (h *Handler) Remove(name string) bool {
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s, ok := h.sources[name]
+	if !ok {
+		return false
+	}
+	delete(h.sources, name)
+	if s.owner != nil {
+		delete(h.owners, s.owner)
+	}
+	return true
+}
+
+func (h *Handler) add(s *source) error {
+	switch {
+	case h == nil:
+		return fmt.Errorf("%w Handler: make one with debugpage.New", ErrNil)
+	case s.name == "" || !utf8.ValidString(s.name):
+		return fmt.Errorf("%w; got %q", ErrBadName, s.name)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sources == nil { // a zero Handler
+		h.sources, h.owners = map[string]*source{}, map[any]string{}
+	}
+	if _, taken := h.sources[s.name]; taken {
+		return fmt.Errorf("%w: %q", ErrNameTaken, s.name)
+	}
+	if s.owner != nil {
+		if other, ok := h.owners[s.owner]; ok {
+			return fmt.Errorf("%w as %q; not added as %q", ErrAlreadyAdded, other, s.name)
+		}
+		h.owners[s.owner] = s.name
+	}
+	h.sources[s.name] = s
+	return nil
+}
+
+// snapshot returns the sources, in name order.
+func (h *Handler) snapshot() []*source {
+	h.mu.Lock()
+	all := make([]*source, 0, len(h.sources))
+	for _, s := range h.sources {
+		all = append(all, s)
+	}
+	h.mu.Unlock()
+	slices.SortFunc(all, func(a, b *source) int { return strings.Compare(a.name, b.name) })
+	return all
+}
+
+// tcpCounters returns every number of st but the cache's (shown as its
+// totals), by field name, and Open. By reflection, so that a counter added
+// to tcp.Stats shows without a change here.
+func tcpCounters(st tcp.Stats) map[string]float64 {
+	m := numericFields(reflect.ValueOf(st))
+	m["Open"] = float64(st.Open())
+	return m
+}
+
+// numericFields returns the exported integer and float fields of the
+// struct v by name.
+func numericFields(v reflect.Value) map[string]float64 {
+	m := map[string]float64{}
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		switch x := v.Field(i); x.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			m[f.Name] = float64(x.Int())
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+			m[f.Name] = float64(x.Uint())
+		case reflect.Float32, reflect.Float64:
+			m[f.Name] = x.Float()
+		}
+	}
+	return m
+}
