@@ -18,7 +18,7 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: test
-test: fmt-check vet lint race test-386 bench-smoke test-etcd test-observe ## gofmt, vet, staticcheck, race tests, 32-bit tests, every benchmark once, the etcd module against an embedded etcd, the metrics modules
+test: fmt-check vet lint race test-386 bench-smoke test-etcd test-observe test-grpc ## gofmt, vet, staticcheck, race tests, 32-bit tests, every benchmark once, the etcd module against an embedded etcd, the metrics modules, the gRPC pool
 
 .PHONY: fmt-check
 fmt-check: ## fail if any file is not gofmt'ed
@@ -53,6 +53,17 @@ test-observe: ## the metrics modules (observe/prometheus, observe/otel), each on
 	for m in observe/prometheus observe/otel; do \
 		(cd $$m && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) run $(STATICCHECK) ./... && GOWORK=off $(GO) test -race -count=1 ./...) || exit 1; \
 	done
+
+.PHONY: test-grpc
+test-grpc: ## the gRPC pool (transport/grpcpool), on its own as its users build it: vet, staticcheck, race tests against real gRPC servers on loopback
+	cd transport/grpcpool && GOWORK=off $(GO) vet ./...
+	cd transport/grpcpool && GOWORK=off $(GO) run $(STATICCHECK) ./...
+	cd transport/grpcpool && GOWORK=off $(GO) test -race -count=1 ./...
+
+.PHONY: results-grpc
+results-grpc: ## the gRPC pool against Grafana dskit's ring client pool, seven scenarios on real gRPC servers, into results/grpcpool (about two minutes)
+	cd transport/grpcpool/dskitbench && GOWORK=off $(GO) test -race -count=1 ./...
+	cd transport/grpcpool/dskitbench && GOWORK=off $(GO) run ./cmd/grpcbench -out $(CURDIR)/$(RESULTS)/grpcpool
 
 .PHONY: debugpage-png
 debugpage-png: ## results/debugpage.png: the debug page of a cache in every state, drawn by headless Chromium

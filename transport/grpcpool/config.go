@@ -1,0 +1,167 @@
+package grpcpool
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Defaults for the zero fields of [Config].
+const (
+	// DefaultDialTimeout is the DialTimeout of a zero Config.DialTimeout:
+	// gRPC's own minimum connect timeout.
+	DefaultDialTimeout = 20 * time.Second
+	// DefaultHealthCheckTimeout is the HealthCheckTimeout of a zero
+	// Config.HealthCheckTimeout.
+	DefaultHealthCheckTimeout = time.Second
+	// DefaultErrorTTL is the ErrorTTL of a zero Config.ErrorTTL: a dead
+	// address is dialed about once a second, as often as gRPC's own
+	// reconnect backoff starts.
+	DefaultErrorTTL = time.Second
+	// DefaultMaxConcurrentHealthChecks is the MaxConcurrentHealthChecks of
+	// a zero Config.MaxConcurrentHealthChecks, as in dskit.
+	DefaultMaxConcurrentHealthChecks = 16
+)
+
+// Config configures a [Pool]. Every field is optional; a zero value means
+// the default: no health checking, no idle timeout, no bound, no drain
+// delay, failed dials remembered for DefaultErrorTTL.
+type Config struct {
+	// Dial makes addr's connection. Default: grpc.NewClient(addr, DialOptions...).
+	//
+	// It is called at most once at a time per address, on a goroutine of
+	// its own, with a ctx that ends at DialTimeout or Close. The pool then
+	// waits for the connection to be Ready (see the package doc), and owns
+	// it: it closes it exactly once, and closes it too if the dial fails
+	// afterwards, or returns too late. A Dial that panics fails the dial
+	// with an error that says so. A Dial that ignores ctx keeps its
+	// callers waiting no longer than DialTimeout, but delays Close until
+	// it returns.
+	Dial        func(ctx context.Context, addr string) (*grpc.ClientConn, error)
+	DialOptions []grpc.DialOption
+
+	// IsConnError reports whether a call's error means its connection is bad
+	// and must be dropped. Default: status code Unavailable. An application
+	// error never drops a connection.
+	IsConnError func(error) bool
+
+	// MaxConns, if positive, bounds the connections open at every instant:
+	// dials in progress, connections in the pool, and dropped connections
+	// whose calls or drain delay still run, all together (epcache
+	// MaxEntries, and a count of the connections that left it). A Do for an
+	// address without a connection when the pool is full closes the least
+	// recently used connection no call is using, or waits until one is
+	// free, until its context ends.
+	MaxConns int
+
+	// IdleTimeout, if positive, closes a connection no call has used for
+	// about this long (between IdleTimeout and 5/4 IdleTimeout: epcache
+	// IdleTimeout). A connection a call is using is never idle; health
+	// checks do not count as use.
+	IdleTimeout time.Duration
+
+	// DialTimeout bounds one dial: Dial, the wait for Ready and DialRetry's
+	// retries together (epcache CreateTimeout). DefaultDialTimeout if 0.
+	DialTimeout time.Duration
+
+	// DialRetry, if set, decides whether and when a failed dial is tried
+	// again within DialTimeout (epcache Retry), for example
+	// epcache.Backoff(50*time.Millisecond, time.Second, 0, nil): capped
+	// exponential backoff with jitter. The callers waiting for the dial see
+	// only its final outcome. Nil: one attempt.
+	DialRetry func(attempt int, err error) (wait time.Duration, retry bool)
+
+	// ErrorTTL makes a failed dial the answer for that address, without
+	// dialing again, for ErrorTTL (epcache ErrorTTL): a dead member is not
+	// hammered. DefaultErrorTTL if 0; a negative ErrorTTL remembers
+	// nothing, so that every Do for a dead address dials it (thousands of
+	// connects a second from a busy caller). SetMembers forgets the failure
+	// of an address it adds to the members, so that a member that comes
+	// back is dialed at once; so does Forget.
+	ErrorTTL time.Duration
+
+	// HealthCheckInterval, if positive, health-checks every connection of
+	// the pool this often with the grpc.health.v1 protocol. 0: no health
+	// checks.
+	HealthCheckInterval time.Duration
+	// HealthCheckTimeout bounds one check. DefaultHealthCheckTimeout if 0.
+	HealthCheckTimeout time.Duration
+	// HealthCheckGracePeriod is how long a connection's checks may fail
+	// (from the first failure, reset by a success) before it is dropped. 0:
+	// dropped at its first failed check.
+	HealthCheckGracePeriod time.Duration
+	// MaxConcurrentHealthChecks bounds the checks in flight.
+	// DefaultMaxConcurrentHealthChecks if 0.
+	MaxConcurrentHealthChecks int
+	// HealthService is the service name the checks ask about; "" is the
+	// server as a whole.
+	HealthService string
+
+	// DrainDelay, if positive, keeps a connection dropped because its member
+	// left (SetMembers) or failed its health checks open for this long after
+	// the drop, whatever its calls do (they keep it open longer if they
+	// run longer). Close cuts drain delays short.
+	DrainDelay time.Duration
+}
+
+func (cfg *Config) validate() error {
+	switch {
+	case cfg.MaxConns < 0:
+		return fmt.Errorf("grpcpool: Config.MaxConns is %d; want 0 (no bound) or a positive count", cfg.MaxConns)
+	case cfg.IdleTimeout < 0:
+		return fmt.Errorf("grpcpool: Config.IdleTimeout is %v; want 0 (never) or a positive duration", cfg.IdleTimeout)
+	case cfg.DialTimeout < 0:
+		return fmt.Errorf("grpcpool: Config.DialTimeout is %v; want 0 (default %v) or a positive duration", cfg.DialTimeout, DefaultDialTimeout)
+	case cfg.HealthCheckInterval < 0:
+		return fmt.Errorf("grpcpool: Config.HealthCheckInterval is %v; want 0 (no health checks) or a positive duration", cfg.HealthCheckInterval)
+	case cfg.HealthCheckTimeout < 0:
+		return fmt.Errorf("grpcpool: Config.HealthCheckTimeout is %v; want 0 (default %v) or a positive duration", cfg.HealthCheckTimeout, DefaultHealthCheckTimeout)
+	case cfg.HealthCheckGracePeriod < 0:
+		return fmt.Errorf("grpcpool: Config.HealthCheckGracePeriod is %v; want 0 or a positive duration", cfg.HealthCheckGracePeriod)
+	case cfg.MaxConcurrentHealthChecks < 0:
+		return fmt.Errorf("grpcpool: Config.MaxConcurrentHealthChecks is %d; want 0 (default %d) or a positive count", cfg.MaxConcurrentHealthChecks, DefaultMaxConcurrentHealthChecks)
+	case cfg.DrainDelay < 0:
+		return fmt.Errorf("grpcpool: Config.DrainDelay is %v; want 0 (none) or a positive duration", cfg.DrainDelay)
+	}
+	return nil
+}
+
+// withDefaults returns cfg with its zero fields set to the defaults.
+func (cfg Config) withDefaults() Config {
+	if cfg.Dial == nil {
+		opts := cfg.DialOptions
+		cfg.Dial = func(_ context.Context, addr string) (*grpc.ClientConn, error) {
+			return grpc.NewClient(addr, opts...)
+		}
+	}
+	if cfg.IsConnError == nil {
+		cfg.IsConnError = IsUnavailable
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	switch {
+	case cfg.ErrorTTL == 0:
+		cfg.ErrorTTL = DefaultErrorTTL
+	case cfg.ErrorTTL < 0:
+		cfg.ErrorTTL = 0 // epcache: nothing remembered
+	}
+	if cfg.HealthCheckTimeout == 0 {
+		cfg.HealthCheckTimeout = DefaultHealthCheckTimeout
+	}
+	if cfg.MaxConcurrentHealthChecks == 0 {
+		cfg.MaxConcurrentHealthChecks = DefaultMaxConcurrentHealthChecks
+	}
+	return cfg
+}
+
+// IsUnavailable is the default Config.IsConnError: it reports whether err
+// carries gRPC status code Unavailable, which gRPC gives a call whose
+// connection failed or could not be made.
+func IsUnavailable(err error) bool {
+	return status.Code(err) == codes.Unavailable
+}

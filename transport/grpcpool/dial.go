@@ -1,0 +1,176 @@
+package grpcpool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/epcache/epcache/epcache"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+// dial is the cache's Create: one attempt at addr's connection, Ready. It
+// takes a slot (MaxConns) before Dial and gives it back, with the
+// connection closed, if the attempt fails.
+func (p *Pool) dial(ctx context.Context, addr string) (_ *conn, err error) {
+	if addr == "" {
+		return nil, errors.New("grpcpool: empty address")
+	}
+	if err := p.takeSlot(ctx); err != nil {
+		return nil, fmt.Errorf("grpcpool: dial %q: no room under MaxConns: %w", addr, err)
+	}
+	p.st.dials.Add(1)
+	p.st.opening()
+	p.open.Add(1)
+	var cc *grpc.ClientConn
+	defer func() {
+		if err == nil {
+			return
+		}
+		p.st.dialErrors.Add(1)
+		if cc != nil {
+			_ = cc.Close()
+		}
+		p.closed()
+	}()
+	cc, err = p.callDial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitReady(ctx, cc); err != nil {
+		return nil, fmt.Errorf("grpcpool: dial %q: %w", addr, err)
+	}
+	return &conn{addr: addr, cc: cc}, nil
+}
+
+// callDial calls Config.Dial, turning a panic and a nil connection into
+// errors.
+func (p *Pool) callDial(ctx context.Context, addr string) (cc *grpc.ClientConn, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			cc = nil
+			err = fmt.Errorf("grpcpool: Config.Dial(%q) panicked: %w", addr, &epcache.PanicError{Value: r, Stack: debug.Stack()})
+		}
+	}()
+	cc, err = p.cfg.Dial(ctx, addr)
+	switch {
+	case err != nil:
+		if cc != nil {
+			_ = cc.Close()
+		}
+		return nil, fmt.Errorf("grpcpool: dial %q: %w", addr, err)
+	case cc == nil:
+		return nil, fmt.Errorf("grpcpool: dial %q: Config.Dial returned neither a connection nor an error", addr)
+	}
+	return cc, nil
+}
+
+// waitReady connects cc and waits until it is Ready (nil), fails
+// (TRANSIENT_FAILURE: the reason gRPC gives), or ctx ends.
+func waitReady(ctx context.Context, cc *grpc.ClientConn) error {
+	cc.Connect()
+	for {
+		s := cc.GetState()
+		switch s {
+		case connectivity.Ready:
+			return nil
+		case connectivity.Shutdown:
+			return errors.New("connection closed while dialing")
+		case connectivity.TransientFailure:
+			return failure(ctx, cc)
+		case connectivity.Idle:
+			cc.Connect()
+		}
+		if !cc.WaitForStateChange(ctx, s) {
+			return fmt.Errorf("not Ready (still %v): %w", s, context.Cause(ctx))
+		}
+	}
+}
+
+// failure is the reason a connection in TRANSIENT_FAILURE failed. gRPC
+// gives it only to a call: a fail-fast call on a connection in
+// TRANSIENT_FAILURE fails at once, without reaching any server, with status
+// Unavailable and the reason ("connection refused", "no such host", "error
+// reading server preface"…). It is asked of the health service, which a
+// server that answered would at worst not implement.
+func failure(ctx context.Context, cc *grpc.ClientConn) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	err := cc.Invoke(ctx, healthpb.Health_Check_FullMethodName, &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{})
+	if s, ok := status.FromError(err); ok && s.Code() == codes.Unavailable {
+		return fmt.Errorf("connection failed: %s", s.Message())
+	}
+	return errors.New("connection failed (TRANSIENT_FAILURE)")
+}
+
+// takeSlot takes a slot under MaxConns (with no bound, at once), or returns
+// ctx's error.
+func (p *Pool) takeSlot(ctx context.Context) error {
+	if p.slots == nil {
+		return nil
+	}
+	select {
+	case p.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	p.st.slotWaits.Add(1)
+	select {
+	case p.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-p.closing:
+		return ErrClosed
+	}
+}
+
+// closed accounts for a connection closed (or a dial failed): its slot
+// comes back, and Close stops waiting for it.
+func (p *Pool) closed() {
+	p.st.closing()
+	if p.slots != nil {
+		<-p.slots
+	}
+	p.open.Done()
+}
+
+// release is the cache's Release: c has left the pool and its last call
+// has returned. It closes c now, or once the rest of its drain delay has
+// passed (a goroutine of its own waits for it; Close cuts it short).
+func (p *Pool) release(_ string, c *conn) {
+	cause := dropCause(c.cause.Load())
+	if p.cfg.DrainDelay > 0 && (cause == dropMembership || cause == dropHealth) {
+		wait := time.Duration(c.droppedAt.Load()+int64(p.cfg.DrainDelay)) - time.Duration(p.now().UnixNano())
+		if wait > 0 {
+			p.st.draining.Add(1)
+			go p.drain(c, wait)
+			return
+		}
+	}
+	p.closeConn(c)
+}
+
+// drain closes c after wait, or as soon as Close begins.
+func (p *Pool) drain(c *conn, wait time.Duration) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-p.closing:
+	}
+	p.st.draining.Add(-1)
+	p.closeConn(c)
+}
+
+func (p *Pool) closeConn(c *conn) {
+	c.closed.Store(true)
+	_ = c.cc.Close()
+	p.closed()
+}

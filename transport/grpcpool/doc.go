@@ -1,0 +1,84 @@
+// Package grpcpool keeps one *grpc.ClientConn per address, on an
+// [github.com/epcache/epcache/epcache] cache: the connection pool of a
+// service that calls the members of a ring (Mimir's ingesters, Loki's
+// queriers) by address.
+//
+// [Pool.Do] runs a call on addr's connection. The first Do for an address
+// dials it, exactly once however many goroutines ask at once; the others
+// wait for that dial, each able to leave on its own context. Do holds the
+// connection for the call (an epcache lease): nothing the pool does closes
+// a connection while a call on it runs. A dropped connection leaves the pool
+// at once, so that the next Do dials a new one, but it is closed only when
+// its last call returns.
+//
+// # Why
+//
+// The pools in use close connections under their callers. Grafana dskit's
+// ring/client.Pool, for one, has no reference count: removing a departed
+// member, a failed health check or a caller's error report closes the
+// client at once, and calls in flight on it fail with Canceled ("grpc: the
+// client connection is closing": dskit #788, mimir #13123, #13521). Its
+// factory runs under the pool's write lock, so a slow dial holds up every
+// other address's first call, and a late report about an old client could
+// remove its replacement until remove-by-value was added (dskit #439).
+// Pool avoids those by construction: epcache's leases keep a connection in
+// use open, and [Pool.Do] reports a bad connection with
+// CompareAndInvalidate, which drops exactly that connection and never its
+// replacement.
+//
+// # Dialing
+//
+// A dial waits for the connection to be Ready. grpc.NewClient does not
+// connect; the pool calls Connect and waits (WaitForStateChange) until the
+// connection is Ready, fails, or Config.DialTimeout ends. A connection that
+// enters TRANSIENT_FAILURE (the address does not resolve, nothing listens,
+// the server is not gRPC) fails the dial at once with the reason gRPC gives,
+// and one that never answers fails it at DialTimeout. So a dead address
+// costs its callers one failed dial, remembered for Config.ErrorTTL (a
+// second by default) so that it is not hammered, instead of hanging every
+// call until its own deadline; and a call that Do
+// runs starts on a connection that was Ready a moment ago. Config.DialRetry
+// retries a failed dial within DialTimeout (with [epcache.Backoff]: capped
+// exponential backoff with jitter), so that a member restarting in place is
+// waited for.
+//
+// # Dropping a connection
+//
+// A connection leaves the pool when:
+//
+//   - a call on it fails with an error Config.IsConnError accepts (by
+//     default, status code Unavailable); an application error never drops a
+//     connection;
+//   - its address is no longer a member ([Pool.SetMembers]);
+//   - its health checks (the standard grpc.health.v1 protocol, every
+//     Config.HealthCheckInterval) have failed for Config.HealthCheckGracePeriod;
+//   - no call has used it for Config.IdleTimeout;
+//   - the pool needs its room for another address (Config.MaxConns): only a
+//     connection no call is using is evicted;
+//   - the pool is closed.
+//
+// A connection dropped because its member left or failed its health checks
+// stays open for Config.DrainDelay after the drop, and in every case until
+// its last call returns. Connections that failed, idle connections and
+// evicted connections (no call uses them) close as soon as their last call
+// returns.
+//
+// # Health checks
+//
+// Every HealthCheckInterval, the pool sends a grpc.health.v1 Check
+// (service Config.HealthService) on each of its connections, at most
+// Config.MaxConcurrentHealthChecks at a time, each bounded by
+// Config.HealthCheckTimeout. A check answered SERVING clears a failure; any
+// other answer or error starts (or continues) one, and a connection still
+// failing HealthCheckGracePeriod after its first failed check is dropped. A
+// health check is not a use: it does not keep a connection from going idle,
+// and it does not hold the connection (a connection the pool drops
+// meanwhile fails its check, and that failure is ignored).
+//
+// # Limits
+//
+// A call must be done with its connection when it returns: a stream it
+// opened must be finished or cancelled by then. A call that calls Do for
+// another address while the pool is full (MaxConns) may wait for room that
+// only its own return would free.
+package grpcpool

@@ -1,0 +1,9 @@
+package grpcpool
+
+import "time"
+
+// NewWithClock is New with now as the pool's clock, for the health checks'
+// grace period and the drain delay (timers still run on real time).
+func NewWithClock(cfg Config, now func() time.Time) (*Pool, error) {
+	return newPool(cfg, now)
+}

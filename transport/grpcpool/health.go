@@ -1,0 +1,101 @@
+package grpcpool
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// checkHealth is the health checker's goroutine: a round of checks every
+// HealthCheckInterval, counted from the end of the previous round, so that
+// rounds never overlap, until Close.
+func (p *Pool) checkHealth() {
+	defer p.health.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-p.closing:
+			cancel() // checks in flight end at once
+		case <-ctx.Done():
+		}
+	}()
+	t := time.NewTimer(p.cfg.HealthCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.closing:
+			return
+		case <-t.C:
+		}
+		p.healthRound(ctx)
+		t.Reset(p.cfg.HealthCheckInterval)
+	}
+}
+
+// healthRound checks every connection of the pool, at most
+// MaxConcurrentHealthChecks at a time, and waits for the checks. It also
+// drops connections to addresses that are not members: one dialed while
+// SetMembers ran, that no call has used since.
+func (p *Pool) healthRound(ctx context.Context) {
+	p.st.healthRounds.Add(1)
+	members := p.members.Load()
+	sem := make(chan struct{}, p.cfg.MaxConcurrentHealthChecks)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for addr, c := range p.cache.All() {
+		if members != nil && !members.has(addr) {
+			p.drop(c, dropMembership)
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			p.checkOne(ctx, c)
+		})
+	}
+}
+
+// checkOne checks c, and drops it if its checks have failed for the grace
+// period.
+func (p *Pool) checkOne(ctx context.Context, c *conn) {
+	n := p.st.checksInFlight.Add(1)
+	p.st.peakChecks(n)
+	err := p.check(ctx, c)
+	p.st.checksInFlight.Add(-1)
+	p.st.healthChecks.Add(1)
+	if err == nil {
+		c.failingSince.Store(0)
+		return
+	}
+	if c.closed.Load() || c.cause.Load() != int32(notDropped) || ctx.Err() != nil {
+		return // the connection left meanwhile, or the pool is closing: not its health
+	}
+	p.st.healthFailures.Add(1)
+	now := p.now().UnixNano()
+	c.failingSince.CompareAndSwap(0, now)
+	if time.Duration(now-c.failingSince.Load()) >= p.cfg.HealthCheckGracePeriod {
+		p.drop(c, dropHealth)
+	}
+}
+
+// check sends one grpc.health.v1 Check on c: nil if the answer is SERVING.
+func (p *Pool) check(ctx context.Context, c *conn) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.HealthCheckTimeout)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(c.cc).Check(ctx, &healthpb.HealthCheckRequest{Service: p.cfg.HealthService})
+	if err != nil {
+		return err
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("grpcpool: health of %q: %v", c.addr, resp.GetStatus())
+	}
+	return nil
+}
