@@ -64,7 +64,7 @@ func New[K comparable, V any](cfg Config[K, V]) (*Cache[K, V], error) {
 		retry:      cfg.Retry,
 		timeout:    cfg.CreateTimeout,
 		ttl:        cfg.ErrorTTL,
-		timeoutErr: fmt.Errorf("epcache: creation exceeded CreateTimeout of %v: %w", cfg.CreateTimeout, context.DeadlineExceeded),
+		timeoutErr: fmt.Errorf("%w of %v: %w", ErrCreateTimeout, cfg.CreateTimeout, context.DeadlineExceeded),
 		closeDone:  make(chan struct{}),
 		latency:    new(latencies),
 	}

@@ -14,6 +14,12 @@ var ErrClosed = errors.New("epcache: cache closed")
 // wanted, so Create may stop.
 var ErrOffered = errors.New("epcache: creation answered by Offer")
 
+// ErrCreateTimeout matches, with errors.Is, the error the callers of a
+// creation get when Config.CreateTimeout ends it; the error matches
+// context.DeadlineExceeded too. It tells a timeout of the cache's from a
+// Create that returned DeadlineExceeded itself.
+var ErrCreateTimeout = errors.New("epcache: creation exceeded CreateTimeout")
+
 // ErrGoexit is returned to the callers waiting on a creation whose Create
 // called runtime.Goexit (t.FailNow in a test, for instance).
 var ErrGoexit = errors.New("epcache: Create called runtime.Goexit")
