@@ -79,18 +79,16 @@ func New[K comparable, V any](cfg Config[K, V]) (*Cache[K, V], error) {
 	return c, nil
 }
 
-// Get returns key's value, creating it if the cache holds none.
+// Get returns key's value, creating it if the cache holds none; the
+// package documentation states what a creation guarantees.
 //
-// A hit takes no lock, allocates nothing and writes no shared memory, and
-// does not look at ctx. (With IdleTimeout or MaxEntries set, the first hit
-// after an idle sweep or the clock hand of eviction passed the value takes
-// the slow path once and writes the slot's state, by one compare-and-swap,
-// to record the use; the hits after it write nothing.) On a miss, exactly one Get starts a creation and
-// every Get for that key that arrives before it ends waits for its outcome:
-// the value, or the error of the final attempt (which is not cached unless
-// ErrorTTL is set). Each waiting Get, the one that started the creation
-// included, returns ctx.Err() as soon as its own ctx ends, while the
-// creation goes on for the others.
+// A hit does not look at ctx. With IdleTimeout or MaxEntries set, the first
+// hit after an idle sweep or eviction's clock hand passed the value takes
+// the slow path once and records the use with one compare-and-swap of the
+// slot's state; the hits after it write nothing. On a miss, Get waits for
+// the creation's outcome: the value, or the error of the final attempt
+// (remembered only with ErrorTTL), or ctx.Err() as soon as its own ctx
+// ends, while the creation goes on for the others.
 //
 // Once Close has begun, Get returns ErrClosed.
 func (c *Cache[K, V]) Get(ctx context.Context, key K) (V, error) {

@@ -9,9 +9,13 @@
 // the key's slot with one compare-and-swap and runs [Config.Create] once: on
 // the claiming caller's goroutine when that caller could never leave (its
 // context never ends), otherwise on a goroutine of its own; the other
-// callers park on a channel, each able to leave on its own context. Creations of different keys never wait for each
-// other, and a hit ([Cache.Get] or [Cache.Load] of a ready key) takes no lock,
-// allocates nothing and writes no shared memory.
+// callers park on a channel, each able to leave on its own context.
+// Creations of different keys never wait for each other, and a hit
+// ([Cache.Get] or [Cache.Load] of a ready key) takes no lock, allocates
+// nothing and writes no shared memory.
+//
+// This section is the one full statement of the cache's guarantees; the
+// methods' documentation adds only what is particular to each.
 //
 // # Guarantees
 //
@@ -51,7 +55,11 @@
 //     [Config.IdleTimeout], a value unused for about that long is removed
 //     and released. Neither costs a hit on a value in use anything.
 //   - [Cache.Close] refuses new work, cancels and waits for creations in
-//     flight, and releases everything not leased before it returns.
+//     flight, and releases everything not leased before it returns. A
+//     leased value is released by its last lease's Release, which may come
+//     after Close; but every Release that began before Close returns has
+//     returned when it does, so a caller may then tear down what Release
+//     needs.
 //
 // The table underneath is package [github.com/epcache/epcache/shard].
 package epcache
