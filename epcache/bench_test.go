@@ -3,7 +3,6 @@ package epcache_test
 import (
 	"context"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,8 +41,6 @@ func benchUintKeys(n int) []uint64 {
 	return keys
 }
 
-var sink atomic.Pointer[endpoint]
-
 func filledCache[K comparable](b *testing.B, keys []K, eps []*endpoint, opts ...func(*epcache.Config[K, *endpoint])) *epcache.Cache[K, *endpoint] {
 	byKey := make(map[K]*endpoint, len(keys))
 	for i, k := range keys {
@@ -74,16 +71,6 @@ func filledCache[K comparable](b *testing.B, keys []K, eps []*endpoint, opts ...
 		}
 	}
 	return c
-}
-
-// runHit runs loop on every P; loop calls the implementation directly. Each
-// goroutine starts at its own place in the keys (first), as senders to many
-// peers would, rather than all in step on one key's cache line.
-func runHit(b *testing.B, loop func(pb *testing.PB, first int) *endpoint) {
-	b.ReportAllocs()
-	var goroutines atomic.Int64
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) { sink.Store(loop(pb, int(goroutines.Add(1)-1)*7919)) })
 }
 
 // BenchmarkIdleSweep measures what IdleTimeout costs beside the hit, per

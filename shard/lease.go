@@ -22,7 +22,8 @@ import (
 //	bit 63: gone (the value has left the table: no new lease)
 //	bit 62: held
 //	bit 61: watched (see Watch)
-//	bits 0-57: generation, advanced by every EndLease (and wrapping)
+//	bits 50-57: the hint of the goroutine that took it last (stackHint)
+//	bits 0-49: generation, advanced by every EndLease (and wrapping)
 //
 // A lease claims a free ticket by CAS, and ends by a CAS that clears held
 // and advances the generation, which must be the one it was handed: a
@@ -32,22 +33,24 @@ import (
 // no allocation.
 //
 // Where the tickets are decides whether leases scale with cores. The table
-// has one line of eight tickets, enough while one core leases the value at
-// a time. When leases of the value keep finding its first ticket held
-// (growAfter times: several goroutines lease it at once, which on several
-// cores makes every lease move the line from core to core), the table
-// grows lines of their own: one 128-byte line of eight tickets for each of
-// up to 4×GOMAXPROCS goroutines leasing at once (at most 64 lines). A
-// goroutine picks its line from the address of its own stack, which stays
-// the same from one lease to the next: two goroutines on two cores write
-// two lines, each of which stays in its core's cache. (Go has no cheap way
-// to ask which P runs a goroutine; sync.Pool's per-P caches cost a lease
-// as much as the lease itself. A stack address is free, and spreads the
-// goroutines of a program over the lines; two that share a line share it
-// as every lease shared the one line before.) A value leased from many
-// cores at once so costs up to (lines+1)×128 bytes beside its 128-byte
-// table: 1.1 KiB at GOMAXPROCS 2, 8.1 KiB at 16 and beyond. A value leased
-// from one goroutine at a time never grows.
+// has one line of eight tickets, enough while one goroutine at a time
+// leases the value. When the value's leases keep coming from several
+// goroutines (growAfter times a lease finds the first ticket held by
+// another, or last taken by another: on several cores, each such lease
+// moves the line from core to core), the table grows lines of their own,
+// linesPerP 128-byte lines of eight tickets for each P (GOMAXPROCS at the
+// growth, at most maxLines lines in all: beyond 16 Ps, Ps share lines). A
+// lease then takes a ticket on the first line of the P that runs it, which
+// only that P writes while it holds fewer than eight leases of the value:
+// two cores leasing one value write two lines, each of which stays in its
+// core's cache, and the value scales with cores as a Get does. A goroutine
+// that moves to another P before it ends its lease writes the old P's line
+// once.
+//
+// Growth costs memory, which is why it waits for a sign of several cores:
+// (lines+1)×128 bytes beside the 128-byte table, 1.1 KiB at GOMAXPROCS 2
+// and 8.1 KiB at 16 and beyond (maxLines bounds it). A value leased by
+// one goroutine at a time, or at GOMAXPROCS 1, never grows.
 //
 // More than eight leases of one line held at once look for a free ticket
 // on the other lines, and past them all take overflow leases, which
@@ -67,7 +70,8 @@ const (
 	ticketGone    = 1 << 63
 	ticketHeld    = 1 << 62
 	ticketWatched = 1 << 61
-	ticketGen     = 1<<58 - 1
+	ticketHint    = 0xff << 50 // who took the ticket last (stackHint), so that a lease can tell that the value moved
+	ticketGen     = 1<<50 - 1
 	// Bits of a Ticket's word, never of a ticket's: a lease whose Ticket
 	// has one of them ends on EndLease's slow path (the fast path's CAS
 	// cannot match).
@@ -77,9 +81,16 @@ const (
 )
 
 // growAfter is how many leases of a value must find its first ticket held
-// before the table grows lines of their own: a value leased twice at once
-// now and then, by one goroutine or by two, is not worth a kilobyte.
+// by another goroutine, or last taken by another, before the table grows
+// lines: a value leased by two goroutines now and then is not worth a
+// kilobyte.
 const growAfter = 16
+
+// linesPerP is how many lines a table grows for each P: a P's leases take
+// tickets on the first of its lines, and on the others when more than
+// eight are held at once (goroutines that hold a lease across a blocking
+// send), before they spill to another P's lines.
+const linesPerP = 4
 
 // maxLines bounds the lines a table grows: what a value leased from every
 // core at once may cost.
@@ -190,7 +201,7 @@ func (s *Slot[K, V]) leaseTable() *leaseTable {
 
 // take claims p's ticket if it is free. gone reports that the value has
 // left the table.
-func take(p *atomic.Uint64) (t Ticket, ok, gone bool) {
+func take(p *atomic.Uint64, hint uint64) (t Ticket, ok, gone bool) {
 	for {
 		w := p.Load()
 		switch {
@@ -198,8 +209,8 @@ func take(p *atomic.Uint64) (t Ticket, ok, gone bool) {
 			return Ticket{}, false, true
 		case w&ticketHeld != 0:
 			return Ticket{}, false, false
-		case p.CompareAndSwap(w, w|ticketHeld):
-			t = Ticket{w: ticketHeld | w&ticketGen, p: p}
+		case p.CompareAndSwap(w, w&^ticketHint|ticketHeld|hint):
+			t = Ticket{w: ticketHeld | hint | w&ticketGen, p: p}
 			if w&ticketWatched != 0 {
 				t.w |= ticketSlow
 			}
@@ -209,24 +220,37 @@ func take(p *atomic.Uint64) (t Ticket, ok, gone bool) {
 }
 
 // takeLine claims a free ticket of line l.
-func takeLine(l *[leaseTickets]atomic.Uint64) (t Ticket, ok, gone bool) {
+func takeLine(l *[leaseTickets]atomic.Uint64, hint uint64) (t Ticket, ok, gone bool) {
 	for j := range l {
-		if t, ok, gone = take(&l[j]); ok || gone {
+		if t, ok, gone = take(&l[j], hint); ok || gone {
 			return t, ok, gone
 		}
 	}
 	return Ticket{}, false, false
 }
 
-// stackLine returns the caller's line index: bits of the address of a
-// variable on its stack, the same from one call to the next while the
-// goroutine's stack stays where it is (8 KiB and up, so bit 13 up).
+// stackHint returns the ticket hint of the calling goroutine: bits of the
+// address of a variable on its stack, the same from one lease to the next
+// while its stack stays where it is (8 KiB and up, so bit 13 up), never 0.
+// Two goroutines share a hint now and then; a hint only decides when a
+// table grows lines.
 //
 // Safety: the address is used as a number only, never dereferenced.
-func stackLine[W ~uint64](anchor *byte) W {
+func stackHint[W ~uint64](anchor *byte) W {
 	a := W(uintptr(unsafe.Pointer(anchor)))
-	return a>>13 ^ a>>21
+	return ((a>>13^a>>20)&0x7f | 0x80) << 50
 }
+
+// procPin and procUnpin are the runtime's: procPin returns the id of the P
+// running the caller, and keeps the goroutine on it until procUnpin
+// (sync.Pool's per-P caches are found so). The runtime keeps both for
+// packages outside it (go.dev/issue/67401).
+//
+//go:linkname procPin runtime.procPin
+func procPin() int
+
+//go:linkname procUnpin runtime.procUnpin
+func procUnpin()
 
 // Lease hands out a lease of s's value, unless the value has left the table
 // (ok is false): a ticket of the caller's line, if the table has lines,
@@ -237,24 +261,24 @@ func stackLine[W ~uint64](anchor *byte) W {
 // line is full.
 func (s *Slot[K, V]) Lease() (t Ticket, ok bool) {
 	var anchor byte
-	hint := stackLine[uint64](&anchor)
+	hint := stackHint[uint64](&anchor)
 	tb := s.leaseTable()
 	h := tb.lines.Load()
-	if h == nil {
-		if c := tb.contended.Load(); tb.tickets[0].Load()&ticketHeld != 0 && c&^contendedWatch < growAfter && tb.contended.Add(1)&^contendedWatch == growAfter {
-			h = tb.grow()
-		}
+	if h == nil && tb.tickets[0].Load()&ticketHeld != 0 {
+		h = tb.contend()
 	}
 	var gone bool
 	if h != nil {
+		first := uint64(procPin()) * linesPerP
+		procUnpin()
 		mask := h.tickets[0].Load()
 		for i := range mask + 1 {
-			if t, ok, gone = takeLine(&lineAt(h, hint+i).tickets); ok || gone {
+			if t, ok, gone = takeLine(&lineAt(h, first+i).tickets, hint); ok || gone {
 				return t, ok
 			}
 		}
 	}
-	if t, ok, gone = takeLine(&tb.tickets); ok || gone {
+	if t, ok, gone = takeLine(&tb.tickets, hint); ok || gone {
 		return t, ok
 	}
 	for {
@@ -270,10 +294,30 @@ func (s *Slot[K, V]) Lease() (t Ticket, ok bool) {
 	}
 }
 
+// contend counts a lease that found the value's first line in use from
+// another goroutine: its first ticket held, or last taken by another
+// goroutine (Table.Lease tells). The growAfter-th makes tb's lines (at
+// GOMAXPROCS 1 there is no other core to keep a line from), and it returns
+// them, or nil if there are none.
+func (tb *leaseTable) contend() *leaseLine {
+	if c := tb.contended.Load(); c&^contendedWatch < growAfter && tb.contended.Add(1)&^contendedWatch == growAfter && runtime.GOMAXPROCS(0) > 1 {
+		return tb.grow()
+	}
+	return tb.lines.Load()
+}
+
+// contended is contend for Table.Lease, which found s's first ticket last
+// taken by another goroutine.
+func (s *Slot[K, V]) contended() {
+	if tb := s.leases.Load(); tb != nil {
+		tb.contend()
+	}
+}
+
 // grow makes tb's lines, unless another lease or Abandon did first, and
 // returns them (nil if Abandon sealed the table).
 func (tb *leaseTable) grow() *leaseLine {
-	n := min(ceilPow2(4*runtime.GOMAXPROCS(0)), maxLines)
+	n := min(ceilPow2(linesPerP*runtime.GOMAXPROCS(0)), maxLines)
 	h := newLines(n)
 	if !tb.lines.CompareAndSwap(nil, h) {
 		return tb.lines.Load()
@@ -330,7 +374,7 @@ func (s *Slot[K, V]) EndWatchedLease(t Ticket) (last, watched bool, err error) {
 		if w&ticketHeld == 0 || w&ticketGen != gen {
 			return false, false, ErrLeaseEnded
 		}
-		if t.p.CompareAndSwap(w, w&ticketGone|(gen+1)&ticketGen) { // and the watch served
+		if t.p.CompareAndSwap(w, w&(ticketGone|ticketHint)|(gen+1)&ticketGen) { // and the watch served
 			watched = w&ticketWatched != 0
 			if w&ticketGone != 0 {
 				return tb.drain.Add(-1) == 0, watched, nil
@@ -345,7 +389,7 @@ func (s *Slot[K, V]) EndWatchedLease(t Ticket) (last, watched bool, err error) {
 // calls EndLease. It is the common case of EndLease, one compare-and-swap
 // on the ticket itself, small enough to inline.
 func (s *Slot[K, V]) TryEndLease(t Ticket) bool {
-	return t.p != nil && t.p.CompareAndSwap(t.w, (t.w+1)&ticketGen)
+	return t.p != nil && t.p.CompareAndSwap(t.w, (t.w+1)&(ticketHint|ticketGen))
 }
 
 // eachTicket calls f with every ticket of tb's lines, the first line's

@@ -146,6 +146,7 @@ func TestLeaseAbandonRace(t *testing.T) {
 // Abandon counts the leases held on the lines, and only the last lease's
 // end releases.
 func TestLeaseLinesGrowWithContention(t *testing.T) {
+	atProcs(t, 2)
 	tb, s := readySlot(t)
 	held, ok := s.Lease() // the first ticket, held throughout
 	require.True(t, ok)
@@ -160,7 +161,7 @@ func TestLeaseLinesGrowWithContention(t *testing.T) {
 	tk, ok := s.Lease() // the GrowAfter-th
 	require.True(t, ok)
 	lines := shard.LeaseLines(s)
-	assert.GreaterOrEqual(t, lines, 4, "lines grown")
+	assert.GreaterOrEqual(t, lines, 8, "lines grown: four for each of two Ps")
 	assert.LessOrEqual(t, lines, 64)
 	assert.True(t, shard.OnLine(s, tk), "a lease after the growth takes a ticket on a line")
 	_, err := s.EndLease(tk)
@@ -196,6 +197,88 @@ func TestLeaseLinesGrowWithContention(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, last, "the first ticket's lease, the last, releases")
 	assert.Zero(t, s.Leased())
+}
+
+// atProcs runs the rest of t at GOMAXPROCS n: lease lines grow only where
+// there is more than one P.
+func atProcs(t *testing.T, n int) {
+	prev := runtime.GOMAXPROCS(n)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+}
+
+// A value leased by one goroutine after another, never two at once, also
+// grows lines: each lease writes the ticket the other goroutine wrote last,
+// which on two cores moves its line from one to the other. The table's
+// Lease tells from the ticket who took it last. Four goroutines take turns,
+// so that two of them differing in the stack bits a ticket keeps is enough
+// (two goroutines share those bits one time in 128).
+func TestLeaseLinesGrowWhenLeasesMove(t *testing.T) {
+	atProcs(t, 2)
+	tb, s := readySlot(t)
+	turns := make([]chan bool, 4)
+	for i := range turns {
+		turns[i] = make(chan bool)
+	}
+	var wg sync.WaitGroup
+	for i := range turns {
+		wg.Go(func() {
+			for range turns[i] {
+				got, tk, ok := tb.Lease(1)
+				if !ok || got != s {
+					t.Error("no lease of a ready value")
+					return
+				}
+				if _, err := s.EndLease(tk); err != nil {
+					t.Error(err)
+				}
+				turns[i] <- true
+			}
+		})
+	}
+	grown := -1
+	for round := range 200 {
+		if shard.LeaseLines(s) > 0 {
+			grown = round
+			break
+		}
+		g := turns[round%len(turns)]
+		g <- true
+		<-g
+	}
+	for _, g := range turns {
+		close(g)
+	}
+	wg.Wait()
+	require.GreaterOrEqual(t, grown, shard.GrowAfter, "lines grown after %d leases, before GrowAfter moves", grown)
+	assert.Zero(t, s.Leased())
+
+	// One goroutine alone never grows them, however many leases it takes.
+	tb2, s2 := readySlot(t)
+	for range 10 * shard.GrowAfter {
+		_, tk, ok := tb2.Lease(1)
+		require.True(t, ok)
+		_, err := s2.EndLease(tk)
+		require.NoError(t, err)
+	}
+	assert.Zero(t, shard.LeaseLines(s2), "lines grown for leases of one goroutine")
+}
+
+// At GOMAXPROCS 1 there is no other core to keep a line from: a value
+// leased by several goroutines at once grows no lines.
+func TestLeaseLinesNotAtOneProc(t *testing.T) {
+	atProcs(t, 1)
+	_, s := readySlot(t)
+	held, ok := s.Lease()
+	require.True(t, ok)
+	for range 4 * shard.GrowAfter {
+		tk, ok := s.Lease()
+		require.True(t, ok)
+		_, err := s.EndLease(tk)
+		require.NoError(t, err)
+	}
+	assert.Zero(t, shard.LeaseLines(s), "lines grown at GOMAXPROCS 1")
+	_, err := s.EndLease(held)
+	require.NoError(t, err)
 }
 
 // A watch marks the lines too, and lines grown after a watch start marked:

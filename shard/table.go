@@ -169,7 +169,7 @@ const (
 )
 
 // The word helpers below (tagOf to byteIndex, and mum, mix and r8 in
-// hash.go, lineAt and stackLine in lease.go) take a type parameter W
+// hash.go, lineAt in lease.go) take a type parameter W
 // ~uint64 for one reason: so that they inline into the generic code that a
 // user's program compiles. Go 1.26 inlines a non-generic function of shard
 // into an instantiation of shard's generic code only where the package
@@ -565,13 +565,20 @@ func (t *Table[K, V]) Lease(key K) (s *Slot[K, V], tk Ticket, ok bool) {
 	// lines and another goroutine holds one. A watched ticket, or a
 	// value with none, goes the slow way.
 	if tb := s.leases.Load(); tb != nil {
+		var anchor byte
+		hint := stackHint[uint64](&anchor)
 		p := &tb.tickets[0]
-		if h := tb.lines.Load(); h != nil {
-			var anchor byte
-			p = &lineAt(h, stackLine[uint64](&anchor)).tickets[0]
+		h := tb.lines.Load()
+		if h != nil {
+			pid := procPin()
+			procUnpin()
+			p = &lineAt(h, uint64(pid)*linesPerP).tickets[0]
 		}
-		if w := p.Load(); w&(ticketGone|ticketHeld|ticketWatched) == 0 && p.CompareAndSwap(w, w|ticketHeld) {
-			return s, Ticket{w: ticketHeld | w, p: p}, t.Holds(s)
+		if w := p.Load(); w&(ticketGone|ticketHeld|ticketWatched) == 0 && p.CompareAndSwap(w, w&^ticketHint|ticketHeld|hint) {
+			if h == nil && w&ticketHint != hint && w&ticketHint != 0 {
+				s.contended() // another goroutine leased it last: the line moved
+			}
+			return s, Ticket{w: ticketHeld | hint | w&ticketGen, p: p}, t.Holds(s)
 		}
 	}
 	if tk, ok = s.Lease(); !ok {

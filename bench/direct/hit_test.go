@@ -218,10 +218,15 @@ func BenchmarkLease(b *testing.B) {
 	}
 }
 
-// use stands for a send on the endpoint: one load of a field of its own.
-func use(ep *endpoint) { sinkPeer.Store(int64(ep.peer)) }
-
-var sinkPeer atomic.Int64
+// use stands for a send on the endpoint: one load of a field of its own,
+// which the compiler cannot drop (a negative peer panics), and no write:
+// a use that wrote memory shared by every goroutine would make every
+// implementation contend on it, and hide what the leases cost.
+func use(ep *endpoint) {
+	if ep.peer < 0 {
+		panic("endpoint of a negative peer")
+	}
+}
 
 // refPool is the mutex pool with reference counts that Consul and Nomad
 // write by hand (agent/pool: markForUse and releaseConn under the pool's
