@@ -364,9 +364,13 @@ func (st *State[V]) IdleSweeps() int {
 // values again (epcache's eviction clock) holds handles rather than slots,
 // so that it keeps no value reachable once the value has left: a slot
 // holds its value for its whole life.
+//
+// A handle is 16 bytes, a size class no slot of a key of up to 8 bytes
+// shares (32): handles made as values are published do not interleave
+// with slots in memory, which a table's probes of many peers would feel.
 type Handle[K comparable, V any] struct {
 	slot  atomic.Pointer[Slot[K, V]]
-	since time.Time // when Track made it: the value's publication
+	since int64 // when Track made it, the value's publication, in Unix nanoseconds
 }
 
 // Slot returns the slot, or nil once its value has left the table.
@@ -376,7 +380,7 @@ func (h *Handle[K, V]) Slot() *Slot[K, V] { return h.slot.Load() }
 // published: the value's removal clears the handle. It allocates the
 // handle, and s's lease table if s has none.
 func (s *Slot[K, V]) Track() *Handle[K, V] {
-	h := &Handle[K, V]{since: time.Now()}
+	h := &Handle[K, V]{since: time.Now().UnixNano()}
 	h.slot.Store(s)
 	s.leaseTable().handle = h
 	return h
@@ -387,7 +391,7 @@ func (s *Slot[K, V]) Track() *Handle[K, V] {
 func (s *Slot[K, V]) Published() time.Time {
 	if tb := s.leases.Load(); tb != nil {
 		if h, ok := tb.handle.(*Handle[K, V]); ok {
-			return h.since
+			return time.Unix(0, h.since)
 		}
 	}
 	return time.Time{}
