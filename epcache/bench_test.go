@@ -6,72 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epcache/epcache/internal/fixture"
+
 	"github.com/epcache/epcache/epcache"
 )
 
 // endpoint stands for a connection: values are pointers, as in a real
 // messaging layer.
 type endpoint struct{ peer int }
-
-// benchStringKeys are n peer names and addresses of 8 to 40 bytes, as an
-// MPI job, a service mesh or a broker keys its peers: ranks, host:port
-// pairs, URLs.
-func benchStringKeys(n int) []string {
-	keys := make([]string, n)
-	for i := range keys {
-		switch i % 4 {
-		case 0:
-			keys[i] = "rank-" + strconv.Itoa(i) // 8 to 10 bytes
-		case 1:
-			keys[i] = "node-" + strconv.Itoa(i/64) + ":rank-" + strconv.Itoa(i) // 16 to 22
-		case 2:
-			keys[i] = "10." + strconv.Itoa(i>>16&255) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255) + ":7000" // 13 to 18
-		default:
-			keys[i] = "tcp://host-" + strconv.Itoa(i) + ".cluster.local:50051" // 36 to 40
-		}
-	}
-	return keys
-}
-
-func benchUintKeys(n int) []uint64 {
-	keys := make([]uint64, n)
-	for i := range keys {
-		keys[i] = uint64(i) * 0x9e3779b97f4a7c15 // not dense: no comparator gets an easy hash
-	}
-	return keys
-}
-
-func filledCache[K comparable](b *testing.B, keys []K, eps []*endpoint, opts ...func(*epcache.Config[K, *endpoint])) *epcache.Cache[K, *endpoint] {
-	byKey := make(map[K]*endpoint, len(keys))
-	for i, k := range keys {
-		byKey[k] = eps[i]
-	}
-	cfg := epcache.Config[K, *endpoint]{
-		Create: func(_ context.Context, k K) (*endpoint, error) { return byKey[k], nil },
-	}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	c, err := epcache.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
-	// Twice: with MaxEntries a value starts on probation (shard's
-	// SetProbation), and its first hit takes the slow path once to make it
-	// young. That is once in a value's life, not once a measurement: left
-	// in, each run of a hit benchmark paid it for every key (at 65,536
-	// peers, 15 to 25% of a 100 ms run). BenchmarkIdleSweep's hit-aged
-	// measures that slow path on its own.
-	for range 2 {
-		for _, k := range keys {
-			if _, err := c.Get(context.Background(), k); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	return c
-}
 
 // BenchmarkIdleSweep measures what IdleTimeout costs beside the hit, per
 // value held: an idle sweep (each sweep ages every value a step, and comes
@@ -83,7 +25,7 @@ func filledCache[K comparable](b *testing.B, keys []K, eps []*endpoint, opts ...
 // IdleTimeout is an hour.
 func BenchmarkIdleSweep(b *testing.B) {
 	for _, peers := range []int{1024, 65536} {
-		keys := benchUintKeys(peers)
+		keys := fixture.UintKeys(peers)
 		eps := make([]*endpoint, len(keys))
 		for i := range eps {
 			eps[i] = &endpoint{peer: i}
@@ -104,7 +46,7 @@ func BenchmarkIdleSweep(b *testing.B) {
 		}
 		name := func(part string) string { return "impl=epcache/part=" + part + "/peers=" + strconv.Itoa(peers) }
 		b.Run(name("sweep"), func(b *testing.B) {
-			c := filledCache(b, keys, eps, lifecycle)
+			c := fixture.FilledCache(b, keys, eps, lifecycle)
 			for b.Loop() {
 				epcache.SweepNow(c)
 				b.StopTimer()
@@ -114,7 +56,7 @@ func BenchmarkIdleSweep(b *testing.B) {
 			perValue(b)
 		})
 		b.Run(name("hit-aged"), func(b *testing.B) {
-			c := filledCache(b, keys, eps, lifecycle)
+			c := fixture.FilledCache(b, keys, eps, lifecycle)
 			for b.Loop() {
 				b.StopTimer()
 				epcache.SweepNow(c)
@@ -124,7 +66,7 @@ func BenchmarkIdleSweep(b *testing.B) {
 			perValue(b)
 		})
 		b.Run(name("hit-young"), func(b *testing.B) {
-			c := filledCache(b, keys, eps, lifecycle)
+			c := fixture.FilledCache(b, keys, eps, lifecycle)
 			for b.Loop() {
 				getAll(b, c)
 			}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epcache/epcache/internal/fixture"
+
 	"github.com/epcache/epcache/epcache"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -51,12 +53,12 @@ func assertHitAllocsNothing[K comparable](t *testing.T, keys []K) {
 }
 
 func TestHitPathAllocatesNothing(t *testing.T) {
-	t.Run("keys=uint64", func(t *testing.T) { assertHitAllocsNothing(t, benchUintKeys(1024)) })
-	t.Run("keys=string", func(t *testing.T) { assertHitAllocsNothing(t, benchStringKeys(1024)) })
+	t.Run("keys=uint64", func(t *testing.T) { assertHitAllocsNothing(t, fixture.UintKeys(1024)) })
+	t.Run("keys=string", func(t *testing.T) { assertHitAllocsNothing(t, fixture.StringKeys(1024)) })
 	t.Run("keys=struct", func(t *testing.T) {
 		keys := make([]peerKey, 256)
 		for i := range keys {
-			keys[i] = peerKey{Job: 1, Rank: i, Node: benchStringKeys(1024)[i]}
+			keys[i] = peerKey{Job: 1, Rank: i, Node: fixture.StringKeys(1024)[i]}
 		}
 		assertHitAllocsNothing(t, keys)
 	})

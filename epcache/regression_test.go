@@ -13,6 +13,8 @@ import (
 	"time"
 	"weak"
 
+	"github.com/epcache/epcache/internal/fixture"
+
 	"github.com/epcache/epcache/epcache"
 )
 
@@ -356,7 +358,7 @@ func TestExpiredFailuresAreReclaimed(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		grew := heapGrowth(func() {
+		grew := fixture.HeapGrowth(func() {
 			for k := range n {
 				if _, err := c.Get(context.Background(), k); !errors.Is(err, errDead) {
 					t.Fatalf("Get(%d): %v", k, err)

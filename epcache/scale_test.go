@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epcache/epcache/internal/fixture"
+
 	"github.com/epcache/epcache/epcache"
 	"github.com/epcache/epcache/shard"
 	"github.com/stretchr/testify/assert"
@@ -16,43 +18,6 @@ import (
 )
 
 const millionPeers = 1_000_000
-
-// heapGrowth returns how much the live heap grew across fill, measured after
-// a full collection on either side. What fill allocates and drops (creation
-// goroutines, flights, contexts) is not counted; what it keeps is.
-func heapGrowth(fill func()) int64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	fill()
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	return int64(after.HeapAlloc) - int64(before.HeapAlloc)
-}
-
-// stormFill makes goroutines Get every key of c, each key from two
-// goroutines that walk the same keys from the same start, so that they race
-// for every creation, as the threads of a rank all connect at startup.
-func stormFill(c *epcache.Cache[int, *endpoint], n, goroutines int) {
-	var wg sync.WaitGroup
-	half := goroutines / 2
-	for g := range goroutines {
-		wg.Go(func() {
-			lane := g % half
-			start := (lane * 7919) % n
-			for i := range n {
-				k := (start + i) % n
-				if k%half != lane {
-					continue
-				}
-				if _, err := c.Get(context.Background(), k); err != nil {
-					panic(err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-}
 
 // peers returns n endpoints, allocated up front so that the heap growth of
 // a fill counts the structure that holds them, not the values.
@@ -95,7 +60,7 @@ func TestMillionPeers(t *testing.T) {
 	})
 	require.NoError(t, err)
 	start := time.Now()
-	grew := heapGrowth(func() { stormFill(c, n, 64) })
+	grew := fixture.HeapGrowth(func() { fixture.StormFill(c, n, 64) })
 	elapsed := time.Since(start)
 	st := c.Stats()
 	require.EqualValues(t, n, creates.Load(), "one Create per peer")

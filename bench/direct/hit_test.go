@@ -7,29 +7,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/epcache/epcache/internal/fixture"
+
 	xsync3 "github.com/puzpuzpuz/xsync/v3"
 	xsync4 "github.com/puzpuzpuz/xsync/v4"
 )
-
-// benchStringKeys are n peer names and addresses of 8 to 40 bytes, as an
-// MPI job, a service mesh or a broker keys its peers: ranks, host:port
-// pairs, URLs.
-func benchStringKeys(n int) []string {
-	keys := make([]string, n)
-	for i := range keys {
-		switch i % 4 {
-		case 0:
-			keys[i] = "rank-" + strconv.Itoa(i) // 8 to 10 bytes
-		case 1:
-			keys[i] = "node-" + strconv.Itoa(i/64) + ":rank-" + strconv.Itoa(i) // 16 to 22
-		case 2:
-			keys[i] = "10." + strconv.Itoa(i>>16&255) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255) + ":7000" // 13 to 18
-		default:
-			keys[i] = "tcp://host-" + strconv.Itoa(i) + ".cluster.local:50051" // 36 to 40
-		}
-	}
-	return keys
-}
 
 // BenchmarkHit measures the hit path (every peer ready, 100% reads) of
 // epcache beside sync.Map and xsync's maps, in one run, with each
@@ -41,8 +23,8 @@ func benchStringKeys(n int) []string {
 // a request-scoped send passes (a hit never looks at it).
 func BenchmarkHit(b *testing.B) {
 	for _, peers := range []int{1024, 65536} {
-		benchHit(b, "uint64", peers, benchUintKeys(peers))
-		benchHit(b, "string", peers, benchStringKeys(peers))
+		benchHit(b, "uint64", peers, fixture.UintKeys(peers))
+		benchHit(b, "string", peers, fixture.StringKeys(peers))
 	}
 }
 
@@ -59,7 +41,7 @@ func benchHit[K comparable](b *testing.B, keyName string, peers int, keys []K) {
 	}
 
 	b.Run(name("epcache"), func(b *testing.B) {
-		c := filledCache(b, keys, eps)
+		c := fixture.FilledCache(b, keys, eps)
 		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
 			for i := first; pb.Next(); i++ {
 				last, _ = c.Get(ctx, keys[i&mask])
@@ -71,7 +53,7 @@ func benchHit[K comparable](b *testing.B, keyName string, peers int, keys []K) {
 	// sweep every quarter second ages every value, whose next hit takes
 	// the slow path once; the cap holds every key, so nothing is evicted.
 	b.Run(name("epcache-lifecycle"), func(b *testing.B) {
-		c := filledCache(b, keys, eps, withLifecycle[K](len(keys)))
+		c := fixture.FilledCache(b, keys, eps, withLifecycle[K](len(keys)))
 		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
 			for i := first; pb.Next(); i++ {
 				last, _ = c.Get(ctx, keys[i&mask])
@@ -80,7 +62,7 @@ func benchHit[K comparable](b *testing.B, keyName string, peers int, keys []K) {
 		})
 	})
 	b.Run(name("epcache-load"), func(b *testing.B) {
-		c := filledCache(b, keys, eps)
+		c := fixture.FilledCache(b, keys, eps)
 		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
 			for i := first; pb.Next(); i++ {
 				last, _ = c.Load(keys[i&mask])
@@ -141,7 +123,7 @@ func benchHit[K comparable](b *testing.B, keyName string, peers int, keys []K) {
 // -cpu 1,2 (and more) and compare ns/op across the counts.
 func BenchmarkLease(b *testing.B) {
 	for _, peers := range []int{1, 8, 1024} {
-		keys := benchUintKeys(peers)
+		keys := fixture.UintKeys(peers)
 		eps := make([]*endpoint, len(keys))
 		for i := range eps {
 			eps[i] = &endpoint{peer: i}
@@ -150,7 +132,7 @@ func BenchmarkLease(b *testing.B) {
 		mask := len(keys) - 1
 		name := func(impl string) string { return "impl=" + impl + "/peers=" + strconv.Itoa(peers) }
 		b.Run(name("epcache-get"), func(b *testing.B) {
-			c := filledCache(b, keys, eps)
+			c := fixture.FilledCache(b, keys, eps)
 			runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
 				for i := first; pb.Next(); i++ {
 					last, _ = c.Get(ctx, keys[i&mask])
@@ -160,7 +142,7 @@ func BenchmarkLease(b *testing.B) {
 			})
 		})
 		b.Run(name("epcache"), func(b *testing.B) {
-			c := filledCache(b, keys, eps)
+			c := fixture.FilledCache(b, keys, eps)
 			runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
 				for i := first; pb.Next(); i++ {
 					l, _ := c.Acquire(ctx, keys[i&mask])
@@ -172,7 +154,7 @@ func BenchmarkLease(b *testing.B) {
 			})
 		})
 		b.Run(name("epcache-lifecycle"), func(b *testing.B) {
-			c := filledCache(b, keys, eps, withLifecycle[uint64](len(keys)))
+			c := fixture.FilledCache(b, keys, eps, withLifecycle[uint64](len(keys)))
 			runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
 				for i := first; pb.Next(); i++ {
 					l, _ := c.Acquire(ctx, keys[i&mask])

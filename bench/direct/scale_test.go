@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epcache/epcache/internal/fixture"
+
 	"github.com/epcache/epcache/epcache"
 	xsync4 "github.com/puzpuzpuz/xsync/v4"
 	"github.com/stretchr/testify/require"
@@ -25,9 +27,9 @@ func BenchmarkMillionPeers(b *testing.B) {
 			})
 			require.NoError(b, err)
 			var took time.Duration
-			grew := heapGrowth(func() {
+			grew := fixture.HeapGrowth(func() {
 				start := time.Now()
-				stormFill(c, millionPeers, 64)
+				fixture.StormFill(c, millionPeers, 64)
 				took = time.Since(start)
 			})
 			b.ReportMetric(float64(grew)/millionPeers, "B/entry")
@@ -39,7 +41,7 @@ func BenchmarkMillionPeers(b *testing.B) {
 		for range b.N {
 			m := xsync4.NewMap[int, *endpoint]()
 			var took time.Duration
-			grew := heapGrowth(func() {
+			grew := fixture.HeapGrowth(func() {
 				start := time.Now()
 				var wg sync.WaitGroup
 				const goroutines = 64
