@@ -9,9 +9,12 @@
 // [Directory.Publish] is visible to [Directory.Lookup] only once the delay
 // has passed. Until then, Lookup answers with a [*NotPublishedError]
 // (errors.Is(err, [ErrNotPublished])), the cue to retry later, as a
-// non-blocking PMIx_Get answers "not found" before the fence. There is no
-// blocking fence: transports retry a lookup through their own retry policy,
-// which is what bounds how long a sender waits for a late peer.
+// non-blocking PMIx_Get answers "not found" before the fence. A caller
+// that would rather wait, as a blocking PMIx_Get does, calls
+// [Directory.Resolve] (the [Resolver] interface): it returns as soon as the
+// address is visible, or when its context ends; transports do that from a
+// connection attempt, whose context bounds how long a sender waits for a
+// late peer, and otherwise retry Lookup through their own retry policy.
 //
 // A peer that dies is withdrawn with [Directory.Unpublish]; a peer that
 // restarts publishes again (a new address for the same peer), subject to the
@@ -25,12 +28,15 @@
 // is an unknown peer, which no amount of waiting will make known.
 //
 // All methods are safe for concurrent use. Lookup takes no lock and
-// allocates nothing when it finds an address.
+// allocates nothing when it finds an address; Publish and Unpublish take a
+// lock only while a Resolve waits.
 package directory
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -97,6 +103,17 @@ const MaxSize = 1<<31 - 1
 type Directory struct {
 	delay   time.Duration
 	entries []atomic.Pointer[entry] // one per peer; nil: never published
+
+	// Resolve's waits. waiting counts the Resolve calls that may wait, so
+	// that Publish and Unpublish take mu only while there are some; wake
+	// holds, for each peer waited for, a channel that the peer's next
+	// publication or withdrawal closes (and removes). A Resolve registers
+	// its channel before it looks the peer up, and a Publish stores its
+	// entry before it reads waiting: either the lookup sees the entry, or
+	// the Publish sees the waiter and wakes it.
+	waiting atomic.Int64
+	mu      sync.Mutex
+	wake    map[int]chan struct{}
 }
 
 // entry is one publication, immutable once stored. Lookup sees it from
@@ -164,6 +181,7 @@ func (d *Directory) Unpublish(peer int) bool {
 			return false
 		}
 		if d.entries[peer].CompareAndSwap(old, &entry{withdrawn: true}) {
+			d.changed(peer)
 			return true
 		}
 	}
@@ -187,6 +205,7 @@ func (d *Directory) store(peer int, e entry) {
 			e.prev = &entry{addr: v.addr} // visible from the zero time: the chain stays one long
 		}
 		if d.entries[peer].CompareAndSwap(old, &e) {
+			d.changed(peer)
 			return
 		}
 	}
@@ -221,6 +240,100 @@ func (d *Directory) Lookup(peer int) (string, error) {
 		Withdrawn: head != nil && (head.withdrawn || head.afterDeath),
 		Pending:   head != nil && !head.withdrawn,
 	}
+}
+
+// Resolve returns peer's address as soon as it is visible: at once if it
+// is, otherwise once a Publish makes it so (after the directory's Delay, if
+// any), however long that takes, unless ctx ends first. It waits without
+// polling: on the Publish or Unpublish of peer, and on a timer for a
+// publication still inside its delay. A peer that never publishes (or
+// stays withdrawn) keeps it waiting until ctx ends; it then returns an
+// error that wraps both the [*NotPublishedError] Lookup gives (which names
+// the peer) and ctx.Err(). A peer outside 0 to Size-1 gives an error
+// wrapping [ErrUnknownPeer] at once.
+//
+// The directory holds every address, so Resolve never asks anyone else: it
+// is Lookup that waits. A Publish that makes the address visible
+// synchronizes before the Resolve that returns it.
+func (d *Directory) Resolve(ctx context.Context, peer int) (string, error) {
+	addr, err := d.Lookup(peer)
+	if err == nil || errors.Is(err, ErrUnknownPeer) {
+		return addr, err
+	}
+	d.waiting.Add(1)
+	defer d.waiting.Add(-1)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		wake := d.waitFor(peer)
+		if addr, err = d.Lookup(peer); err == nil {
+			return addr, nil
+		}
+		var visible <-chan time.Time
+		if at, ok := d.pending(peer); ok {
+			if timer == nil {
+				timer = time.NewTimer(time.Until(at))
+			} else {
+				timer.Reset(time.Until(at))
+			}
+			visible = timer.C
+		}
+		select {
+		case <-wake:
+		case <-visible:
+		case <-ctx.Done():
+			return "", fmt.Errorf("%w: %w", err, ctx.Err())
+		}
+	}
+}
+
+// Unreachable does nothing: the directory holds every address as
+// published, and keeps none that it fetched from elsewhere, so there is
+// nothing stale to drop. It is there for the [Resolver] interface.
+func (d *Directory) Unreachable(peer int, addr string) {}
+
+// waitFor returns a channel that the next Publish or Unpublish of peer
+// closes. The caller counts in d.waiting.
+func (d *Directory) waitFor(peer int) <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ch, ok := d.wake[peer]
+	if !ok {
+		if d.wake == nil {
+			d.wake = map[int]chan struct{}{}
+		}
+		ch = make(chan struct{})
+		d.wake[peer] = ch
+	}
+	return ch
+}
+
+// changed wakes the Resolve calls waiting for peer, after its entry
+// changed.
+func (d *Directory) changed(peer int) {
+	if d.waiting.Load() == 0 {
+		return // nobody waits: Publish stays lock-free
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ch, ok := d.wake[peer]; ok {
+		close(ch)
+		delete(d.wake, peer)
+	}
+}
+
+// pending returns when peer's latest publication becomes visible, if it is
+// not visible yet.
+func (d *Directory) pending(peer int) (time.Time, bool) {
+	e := d.entries[peer].Load()
+	if e == nil || e.withdrawn || !time.Now().Before(e.visible) {
+		return time.Time{}, false
+	}
+	return e.visible, true
 }
 
 func (d *Directory) check(peer int) error {

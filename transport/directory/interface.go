@@ -1,5 +1,7 @@
 package directory
 
+import "context"
+
 // Interface is what a transport needs of a directory: the in-process
 // [Directory], for tests and for peers that share one process, or one
 // backed by a real store for peers in separate processes on separate hosts
@@ -34,4 +36,22 @@ type Watcher interface {
 	Watch(f func(peer int, addr string)) (stop func())
 }
 
-var _ Interface = (*Directory)(nil)
+// Resolver is implemented by directories that can look a peer up on
+// demand, asking their store when the process does not hold the address.
+type Resolver interface {
+	// Resolve returns peer's address as Lookup does, but may ask the store
+	// when this process does not hold it, and waits until the peer
+	// publishes one or ctx ends (then an error that wraps ctx.Err() and
+	// names the peer). An unknown peer gives an error wrapping ErrUnknownPeer at once.
+	Resolve(ctx context.Context, peer int) (string, error)
+	// Unreachable reports that addr, which Resolve returned for peer, no
+	// longer answers: a directory that keeps the addresses it fetched drops
+	// that one (only if it still holds that address: a report about an old
+	// address leaves a newer one alone), so that the next Resolve asks again.
+	Unreachable(peer int, addr string)
+}
+
+var (
+	_ Interface = (*Directory)(nil)
+	_ Resolver  = (*Directory)(nil)
+)

@@ -35,6 +35,7 @@ const (
 	wrongPeer       = 1
 	unknownPeer     = 2
 	claimsOwnID     = 3
+	lateHello       = 6
 	handshakeWindow = 200 * time.Millisecond
 )
 

@@ -1,16 +1,16 @@
 package tcp
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
+	"os"
+	"syscall"
 	"time"
 
 	"github.com/epcache/epcache/epcache"
-	"github.com/epcache/epcache/transport/directory"
+	"github.com/epcache/epcache/transport/internal/resolve"
 )
 
 // link is what a peer knows about its connection to one other peer, under
@@ -26,8 +26,10 @@ type link struct {
 	// dialing is set while a Create call for this peer connects: from
 	// after its lookup found an address to its return.
 	dialing bool
-	// dialConn is the connection of the dial in flight, if any, from the
-	// connect call to the end of its handshake: a hand-off cuts it short.
+	// dialConn is the connection of the Create's last dial, from the
+	// connect call to the Create's end: a hand-off cuts its handshake short
+	// (if it has not ended), and a hello that names it as dropped makes it
+	// stale (superseded) while it is still in flight.
 	dialConn *conn
 	// dialed is the connection the last Create that succeeded returned
 	// (dialed, or handed to it): the cache holds it, or is about to (it
@@ -45,9 +47,23 @@ type link struct {
 	// "busy", the peer's attempt, which waits for this one, is the peer
 	// connecting back, and this peer dials again at once.
 	crossed bool
-	// dropped is the nonce of the last endpoint given up, sent in the next
-	// hello so that the other side knows its end is stale.
-	dropped uint64
+	// last is the nonce of the last connection from the other peer that
+	// this peer's acceptor admitted (offered to the cache, or handed to a
+	// Create). A hello names it as dropped. A Create runs only while the
+	// cache holds no endpoint for the peer, so by the time it reads this,
+	// this peer has given that connection up (invalidated, evicted,
+	// removed for idleness, or dropped by endCreate in favour of its own
+	// dial), whether or not its Release has run. Only a connection the
+	// other peer dialed needs naming: one this peer dialed is stale at the
+	// other end as soon as this peer dials again (decide). One admitted
+	// after the hello was built is not named, and the other end keeps it:
+	// it answered this creation (Offer, hand-off). (The hello named the
+	// last connection released instead: for as long as a Send held a lease
+	// on it, or an eviction's Release had not started, and for a handed-
+	// over connection that endCreate dropped, the hello named an older one,
+	// the other side kept its end and answered "duplicate", and the Create
+	// waited HandshakeTimeout for a winner that this peer had dropped.)
+	last uint64
 	// wake, if not nil, is closed when a connection from the other peer is
 	// offered to the cache or handed to the running Create: a Create that
 	// lost a simultaneous connect, or was answered "busy", waits on it.
@@ -92,18 +108,37 @@ func (p *Peer) create(ctx context.Context, r int) (*conn, error) {
 // after a lost simultaneous connect or a "busy", a wait for r's own
 // connection. It returns nil and a nil error when a connection was handed
 // to the creation before it dialed.
+//
+// A dial that finds the address stale (nothing listens there any more, or
+// another peer answers) is reported to the directory (Unreachable, for a
+// directory.Resolver) and, if the directory now has another address for r
+// (r published again while this attempt ran), made again to that one: a
+// failure of r's previous life is not r's.
 func (p *Peer) connect(ctx context.Context, r int, lk *link) (*conn, error) {
 	// Not dialing yet: while the directory says "not yet", this peer is
 	// not connecting, and a connection r opens meanwhile must be accepted
 	// (and offered), not refused as a duplicate.
-	addr, err := p.dir.Lookup(r)
+	addr, err := resolve.Lookup(ctx, p.dir, r, &p.stats.notPublished)
 	if err != nil {
-		if errors.Is(err, directory.ErrNotPublished) {
-			p.stats.notPublished.Add(1)
-		}
-		return nil, fmt.Errorf("tcp: connect to peer %d: %w", r, err)
+		return nil, &attemptError{err: fmt.Errorf("tcp: connect to peer %d: %w", r, err)}
 	}
+	for {
+		c, err := p.connectTo(ctx, r, lk, addr)
+		var se staleError
+		if err == nil || !errors.As(err, &se) {
+			return c, err
+		}
+		resolve.Unreachable(p.dir, r, addr)
+		next, lerr := p.dir.Lookup(r)
+		if lerr != nil || next == addr {
+			return nil, err
+		}
+		addr = next
+	}
+}
 
+// connectTo is one attempt of connect's at addr.
+func (p *Peer) connectTo(ctx context.Context, r int, lk *link, addr string) (*conn, error) {
 	p.mu.Lock()
 	switch {
 	case p.closed:
@@ -121,7 +156,7 @@ func (p *Peer) connect(ctx context.Context, r int, lk *link) (*conn, error) {
 		return nil, nil // r's connection was handed over: endCreate takes it
 	}
 	lk.dialing, lk.crossed = true, false
-	dropped := lk.dropped
+	dropped := lk.last
 	p.mu.Unlock()
 
 	c, out, err := p.dial(ctx, lk, r, addr, dropped)
@@ -161,16 +196,45 @@ func (p *Peer) connect(ctx context.Context, r int, lk *link) (*conn, error) {
 			p.awaitInbound(ctx, lk)
 		}
 		err = fmt.Errorf("%w (peer %d)", ErrBusy, r)
+	case late:
+		// r's acceptor had others waiting, and did not see this hello in
+		// time: nothing of r's is wrong. The Send tries again, as after
+		// "busy", but r does not connect back.
+		err = fmt.Errorf("%w (peer %d: the hello was late, and others waited)", ErrBusy, r)
+	default:
+		if err != nil && !errors.Is(err, ErrClosed) && (ctx.Err() == nil || !errors.Is(err, context.Cause(ctx))) {
+			err = &attemptError{addr: addr, err: err}
+		}
 	}
 	return c, err
 }
+
+// attemptError is a failure to reach a peer at an address (addr; "" when
+// the lookup failed): a Send that gets it back, remembered or not, compares
+// addr with what the directory says now, so that a failure of the peer's
+// previous life does not hold Sends to the new one back (see Send). It
+// reads and wraps as its err.
+type attemptError struct {
+	addr string
+	err  error
+}
+
+func (e *attemptError) Error() string { return e.err.Error() }
+func (e *attemptError) Unwrap() error { return e.err }
+
+// staleError marks a dial's failure that says the address no longer
+// belongs to the peer: nothing listens there, or another peer answers. It
+// reads and wraps as the error it holds.
+type staleError struct{ error }
+
+func (e staleError) Unwrap() error { return e.error }
 
 // endCreate ends a Create call: it takes the connection the acceptor
 // handed over meanwhile, if any, in place of the attempt's outcome, and
 // starts the reader of a connection this peer dialed.
 func (p *Peer) endCreate(r int, lk *link, c *conn, err error) (*conn, error) {
 	p.mu.Lock()
-	lk.creating, lk.dialing = false, false
+	lk.creating, lk.dialing, lk.dialConn = false, false, nil
 	in := lk.inbound
 	lk.inbound = nil
 	if p.closed {
@@ -184,6 +248,19 @@ func (p *Peer) endCreate(r int, lk *link, c *conn, err error) (*conn, error) {
 	}
 	var drop *conn
 	switch {
+	case in != nil && c != nil && c.superseded.Load():
+		// r accepted this dial, then gave it up and dialed again: keep
+		// r's connection, in the creation's room. The dial is closed like
+		// one the cache gives up, and read to its end meanwhile (r may
+		// have written on it); it holds the accept slot, which r's
+		// connection held, until it is closed.
+		drop, c = c, in
+		if in.slot.Swap(false) {
+			drop.slot.Store(true)
+		}
+		drop.owned = true
+		p.wg.Add(1)
+		go p.runReader(drop)
 	case in != nil && c != nil:
 		// r accepted this dial after all, which it does only once it has
 		// given up the connection it handed us: keep the dial.
@@ -225,6 +302,7 @@ const (
 	accepted outcome = iota // the connection is the pair's
 	lost                    // "duplicate": r is dialing this peer too, and its connection wins
 	busy                    // "busy": r has no room for a connection now
+	late                    // "late": r's acceptor cut this connection before it read the hello, as others waited
 )
 
 // dial connects to peer r at addr and runs the dialer's side of the
@@ -235,11 +313,15 @@ func (p *Peer) dial(ctx context.Context, lk *link, r int, addr string, dropped u
 	nc, err := p.dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		p.stats.fdClosed()
-		return nil, accepted, fmt.Errorf("tcp: connect to peer %d: %w", r, err)
+		err = fmt.Errorf("tcp: connect to peer %d: %w", r, err)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			err = staleError{err} // nothing listens there
+		}
+		return nil, accepted, err
 	}
 	p.stats.dialed.Add(1)
 	c = newConn(p, nc)
-	c.remote, c.nonce, c.dialed = r, nonZeroRandom(), true
+	c.remote, c.nonce, c.dialed, c.addr = r, nonZeroRandom(), true, addr
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -255,9 +337,6 @@ func (p *Peer) dial(ctx context.Context, lk *link, r int, addr string, dropped u
 
 	h := hello{from: uint32(p.id), to: uint32(r), inc: p.inc, nonce: c.nonce, dropped: dropped}
 	rep, err := c.handshake(ctx, p.hsTimeout, &h)
-	p.mu.Lock()
-	lk.dialConn = nil
-	p.mu.Unlock()
 	switch {
 	case err == nil && rep.verdict == verdictAccept && int(rep.from) == r && ctx.Err() != nil:
 		// Accepted, but an Offer answered this creation meanwhile (or
@@ -279,21 +358,31 @@ func (p *Peer) dial(ctx context.Context, lk *link, r int, addr string, dropped u
 	case rep.verdict == verdictRefused && rep.reason == reasonBusy:
 		c.close(false)
 		return nil, busy, nil
+	case rep.verdict == verdictRefused && rep.reason == reasonLate:
+		c.close(false)
+		return nil, late, nil
 	case rep.verdict == verdictRefused:
 		c.close(false)
-		return nil, accepted, fmt.Errorf("%w with peer %d at %s: refused: %v", ErrHandshake, r, addr, rep.reason)
+		err := fmt.Errorf("%w with peer %d at %s: refused: %v", ErrHandshake, r, addr, rep.reason)
+		if rep.reason == reasonWrongPeer {
+			err = staleError{err} // the address is another peer's now
+		}
+		return nil, accepted, err
 	case int(rep.from) != r: // cannot happen with a peer of this package: it refuses hellos for others
 		c.close(false)
-		return nil, accepted, fmt.Errorf("%w with peer %d at %s: peer %d answered", ErrHandshake, r, addr, rep.from)
+		return nil, accepted, staleError{fmt.Errorf("%w with peer %d at %s: peer %d answered", ErrHandshake, r, addr, rep.from)}
 	}
 	c.remoteInc = rep.inc
 	return c, accepted, nil
 }
 
 // handshake sends h and reads the reply, within timeout and ctx. A reply
-// that arrives is returned even if ctx ends or the acceptor cuts the dial
-// short (cutShort) meanwhile: the remote has decided, and may be writing
-// on the connection already.
+// that arrives is returned even if ctx ends, the timeout passes or the
+// acceptor cuts the dial short (cutShort) meanwhile: the remote has
+// decided, and may be writing on the connection already. That includes a
+// reply already in the socket, but not read yet, when the read was cut
+// (arrived): closed unread, it would take with it the frames the remote
+// wrote after it, and the remote's Sends would have returned nil for them.
 func (c *conn) handshake(ctx context.Context, timeout time.Duration, h *hello) (reply, error) {
 	deadline := time.Now().Add(timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -315,28 +404,45 @@ func (c *conn) handshake(ctx context.Context, timeout time.Duration, h *hello) (
 	})
 	b := h.marshal()
 	_, err = c.nc.Write(b[:])
-	var rep reply
-	if err == nil {
-		c.br = bufio.NewReader(c.nc)
-		var rb [replySize]byte
-		if _, err = io.ReadFull(c.br, rb[:]); err == nil {
-			rep, err = parseReply(&rb)
-		}
+	wrote := err == nil
+	var (
+		rb [replySize]byte
+		n  int
+	)
+	if wrote {
+		n, err = io.ReadFull(c.br, rb[:])
 	}
-	if !stop() {
-		<-fired // the deadline is in the past now
-		if err != nil {
-			return reply{}, context.Cause(ctx) // cut short
-		}
-		// The reply came first: the caller decides what to do with it.
+	cancelled := !stop()
+	if cancelled {
+		<-fired // the deadline is in the past now, and stays there
 	}
 	c.hsMu.Lock()
-	c.hsDone = true
+	defer c.hsMu.Unlock()
+	c.hsDone = true // no cut from now on
+	if wrote && errors.Is(err, os.ErrDeadlineExceeded) && arrived(c, replySize-n) {
+		// Cut, cancelled or timed out with the reply already here.
+		if err = c.nc.SetDeadline(time.Time{}); err == nil {
+			_, err = io.ReadFull(c.br, rb[n:])
+		}
+	}
+	var rep reply
 	if err == nil {
+		rep, err = parseReply(&rb)
+	}
+	switch {
+	case err != nil && cancelled:
+		return reply{}, context.Cause(ctx) // cut short
+	case err == nil:
 		err = c.nc.SetDeadline(time.Time{}) // after any cut's
 	}
-	c.hsMu.Unlock()
 	return rep, err
+}
+
+// arrived reports whether n more bytes of c can be read without waiting:
+// buffered, or in the socket.
+func arrived(c *conn, n int) bool {
+	n -= c.br.Buffered()
+	return n <= 0 || readable(c.nc, n) >= n
 }
 
 // awaitInbound waits, after a lost simultaneous connect or a "busy", until
@@ -364,21 +470,48 @@ func (p *Peer) awaitInbound(ctx context.Context, lk *link) {
 
 // release is the cache's Release: once the last lease on c has ended (a
 // Send holds one), c is closed, gracefully (shutdown: every frame the other
-// end wrote before it saw this end close is delivered), and r is told, in
-// the next hello, that this end of it is stale. It returns once the
+// end wrote before it saw this end close is delivered). It returns once the
 // descriptor is closed, so that the cache's room (MaxConns) covers it until
 // then.
 func (p *Peer) release(r int, c *conn) {
 	c.released.Store(true)
+	close(c.left) // Release runs once per value
 	p.mu.Lock()
-	if lk := p.links[r]; lk != nil {
-		lk.dropped = c.nonce
-		if lk.dialed == c {
-			lk.dialed = nil
-		}
+	if lk := p.links[r]; lk != nil && lk.dialed == c {
+		lk.dialed = nil
 	}
 	p.mu.Unlock()
 	c.shutdown()
+}
+
+// drop gives c up as peer c.remote's endpoint, as a failure report does
+// (CompareAndInvalidate: a newer endpoint stays), and returns once c has
+// left the cache, so that the next Get for the peer does not return it.
+// Its Release, which closes it gracefully and may wait for the other end
+// for up to HandshakeTimeout, runs on a goroutine of its own when this
+// call is the one that runs it: neither a Send nor the acceptor waits for
+// it. (The acceptor did: a restarted peer's hello waited, with the same
+// budget, for the stale endpoint of its hung previous life to close, and
+// gave up first.)
+func (p *Peer) drop(c *conn) {
+	c.givenUp.Store(true)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return // Close releases it
+	}
+	p.wg.Add(1)
+	p.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer p.wg.Done()
+		defer close(done)
+		p.cache.CompareAndInvalidate(c.remote, c)
+	}()
+	select {
+	case <-done: // dropped, its release left to its last lease; or not the endpoint
+	case <-c.left: // released, or being released: out of the cache
+	}
 }
 
 // serve runs the acceptor's side of the handshake on an accepted connection
@@ -419,9 +552,12 @@ func (p *Peer) connectBack(r int) {
 // that is not a hello, is closed without a word; a hello this peer cannot
 // accept is refused with a reason. Both count in Stats.Refused.
 func (p *Peer) readHello(c *conn) (hello, bool) {
-	c.br = bufio.NewReader(c.nc)
 	var b [helloSize]byte
-	err := c.nc.SetDeadline(time.Now().Add(p.hsTimeout))
+	budget := p.hsTimeout
+	if p.acceptSlot != nil {
+		budget = p.helloGrace
+	}
+	err := c.nc.SetDeadline(time.Now().Add(budget))
 	if err == nil {
 		_, err = io.ReadFull(c.br, b[:])
 	}
@@ -440,6 +576,17 @@ func (p *Peer) readHello(c *conn) (hello, bool) {
 		return hello{}, false
 	}
 	if err != nil {
+		if p.acceptSlot != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			// It held the accept slot for helloGrace without a hello, while
+			// other connections may wait in the backlog: a stranger, or a
+			// dialer much slower than the connection it made. The answer
+			// tells a dialer of this package to try again. (A fresh
+			// deadline: the hello's has passed. Twenty bytes into an
+			// empty socket buffer do not wait.)
+			_ = c.nc.SetWriteDeadline(time.Now().Add(p.helloGrace))
+			p.refuse(c, reasonLate)
+			return hello{}, false
+		}
 		p.stats.refused.Add(1)
 		c.close(false)
 		return hello{}, false
@@ -473,9 +620,10 @@ func (p *Peer) refuse(c *conn, why reason) {
 type admission uint8
 
 const (
-	duplicate admission = iota // the pair keeps another connection (or Close has begun)
+	duplicate admission = iota // the pair keeps another connection
 	admitted                   // the connection is the pair's: offered to the cache, or handed to its Create
 	noRoom                     // MaxConns: the cache has no room for it now; "busy"
+	closing                    // Close has begun
 )
 
 // answer decides whether the connection c that peer h.from dialed is the
@@ -496,6 +644,9 @@ func (p *Peer) answer(c *conn, h hello) admission {
 	case noRoom:
 		p.stats.busy.Add(1)
 		rep.verdict, rep.reason = verdictRefused, reasonBusy
+	case closing:
+		p.stats.refused.Add(1)
+		rep.verdict, rep.reason = verdictRefused, reasonClosing
 	}
 	b := rep.marshal()
 	_, err := c.nc.Write(b[:])
@@ -517,27 +668,32 @@ func (p *Peer) answer(c *conn, h hello) admission {
 // room for an Offer (MaxConns), by handing it to the Create running for its
 // peer, whose room it takes; failing both, c is not admitted (noRoom). A
 // held endpoint the rule finds stale is invalidated first, outside the
-// mutex (its Release, once its leases end, closes it and takes the
-// mutex). It returns duplicate, having offered nothing, for a duplicate, or
-// once Close has begun.
+// mutex, and without waiting for its Release (drop). It returns duplicate,
+// having offered nothing, for a duplicate, and closing once Close has begun.
 func (p *Peer) decideAndOffer(c *conn, h *hello) admission {
 	for {
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
-			return duplicate
+			return closing
 		}
 		lk := p.linkTo(c.remote)
 		cur, ok := p.cache.Load(c.remote)
-		if !ok {
-			cur = lk.dialed // returned by Create, not yet published
+		if !ok && lk.dialed != nil && !lk.dialed.givenUp.Load() {
+			// Returned by Create, not yet published. One given up
+			// already counts as gone: if it is published after all, the
+			// Offer below fails, and it is found stale again, in the
+			// cache; otherwise the Offer answers its creation, and it is
+			// released.
+			cur = lk.dialed
 		}
-		accept, stale := decide(p.id, h, lk.dialing, cur)
+		accept, stale := decide(p.id, h, lk.dialing, lk.dialConn, cur)
+		if d := lk.dialConn; lk.dialing && d != nil && d.nonce == h.dropped {
+			d.superseded.Store(true)
+		}
 		if stale != nil {
 			p.mu.Unlock()
-			if !p.cache.CompareAndInvalidate(stale.remote, stale) {
-				runtime.Gosched() // not published yet: its Create has just returned
-			}
+			p.drop(stale)
 			continue // decide again: a Send may have reconnected meanwhile
 		}
 		if !accept {
@@ -551,6 +707,7 @@ func (p *Peer) decideAndOffer(c *conn, h *hello) admission {
 		c.owned = true
 		if p.cache.Offer(c.remote, c) {
 			c.releaseSlot() // in the cache's room now
+			lk.last = c.nonce
 			wakeLink(lk)
 			p.mu.Unlock()
 			return admitted
@@ -570,6 +727,7 @@ func (p *Peer) decideAndOffer(c *conn, h *hello) admission {
 			// to c: see decide), so that the slot is not held for the
 			// length of a handshake with r.
 			lk.inbound = c
+			lk.last = c.nonce
 			if d := lk.dialConn; d != nil {
 				d.cutShort()
 			}
@@ -584,11 +742,19 @@ func (p *Peer) decideAndOffer(c *conn, h *hello) admission {
 }
 
 // decide is the acceptor's rule, for acceptor me, a hello h from the peer at
-// the other end of a link that is dialing or not, and cur, the endpoint the
-// cache holds for that peer (nil: none): whether the new connection is
-// accepted, and which held endpoint, if any, it makes stale (to be
-// invalidated before the rule is applied again).
-func decide(me int, h *hello, dialing bool, cur *conn) (accept bool, stale *conn) {
+// the other end of a link that is dialing or not (dial: the connection of
+// its last dial, if any), and cur, the endpoint the cache holds for that
+// peer (nil: none): whether the new connection is accepted, and which held
+// endpoint, if any, it makes stale (to be invalidated before the rule is
+// applied again).
+func decide(me int, h *hello, dialing bool, dial, cur *conn) (accept bool, stale *conn) {
+	if dialing && dial != nil && dial.nonce == h.dropped {
+		// The peer accepted the dial in flight, and has given it up
+		// already (its answer is on its way here): it is not a dial that
+		// the peer's connection competes with, and the peer, dialing
+		// again, waits for no other.
+		dialing = false
+	}
 	if cur != nil && (cur.remoteInc != h.inc || cur.nonce == h.dropped || !cur.dialed) {
 		// A new life of the peer, or an endpoint it says it dropped, or
 		// one it dialed itself (it dials only when it holds no endpoint
@@ -616,16 +782,19 @@ func (p *Peer) runReader(c *conn) {
 // readUntilEnd reads c's frames until it ends, then drops it: the cache
 // gives it up if it holds it (and only it: a newer endpoint stays), and
 // closes it once the Sends that hold it are done. A connection the cache
-// never owned is closed here.
+// never owned is closed here. Frames that a draining connection held for a
+// full inbox are delivered last, once the descriptor may be closed.
 func (p *Peer) readUntilEnd(c *conn) {
 	// EOF, an I/O error, a bad frame or Close: all end the connection. At
 	// an EOF the other end has closed its side, gracefully, and reads on
 	// until this end closes: a Send that holds the connection may still
 	// write its frame. Anything else makes it unusable (ended).
-	if err := c.readFrames(); err != io.EOF {
+	pending, err := c.readFrames()
+	if err != io.EOF {
 		c.ended.Store(true)
 	}
 	close(c.readDone)
+	defer p.deliverLate(pending)
 	if !c.owned {
 		c.close(false)
 		return
@@ -634,9 +803,12 @@ func (p *Peer) readUntilEnd(c *conn) {
 	// its Create has just returned is not published yet: report it again
 	// until the cache has it (or has released it), so that the other end,
 	// which may be waiting for this end to close, is not kept waiting.
+	c.givenUp.Store(true)
 	for !p.cache.CompareAndInvalidate(c.remote, c) && !c.released.Load() {
 		select {
 		case <-p.done:
+			return
+		case <-c.left:
 			return
 		case <-time.After(time.Millisecond):
 		}

@@ -18,12 +18,19 @@
 // # Connecting
 //
 // The cache's Create for peer r looks r up in the directory, dials, and runs
-// a handshake. While the directory says r has not published its address,
-// the lookup fails with directory.ErrNotPublished, which [Retryable] and so
-// the default Config.Retry retry (with backoff, within Config.CreateTimeout); every
-// other failure is final, and remembered for Config.ErrorTTL so that
-// senders to a dead peer fail at once instead of redialing it. Release closes
-// the connection. A failed write reports the connection with
+// a handshake. While the directory says r has not published its address, a
+// directory that implements directory.Resolver (the in-process one does)
+// is asked to wait for it: Resolve, within Config.CreateTimeout. With
+// another directory the lookup fails with directory.ErrNotPublished, which
+// [Retryable] and so the default Config.Retry retry (with backoff, within
+// Config.CreateTimeout). Every other failure is final, and remembered for
+// Config.ErrorTTL so that senders to a dead peer fail at once instead of
+// redialing it; but a failure at an address the directory no longer gives
+// for r (r published again: see Failures) is not r's. A dial that finds the
+// address stale (refused: nothing listens there; or another peer answers)
+// reports it to a Resolver with Unreachable, and dials again at once if the
+// directory has another address for r by then. Release closes the
+// connection. A failed write reports the connection with
 // CompareAndInvalidate, so that the next Send reconnects, exactly once
 // however many goroutines saw the failure, and a late report never drops the
 // replacement. A reader that sees the connection end does the same.
@@ -41,16 +48,19 @@
 // same peer in flight (its Gets get the accepted connection at once, and
 // the creation's context is cancelled with cause epcache.ErrOffered). Beside
 // the cache, each peer keeps, under one mutex, a little per other peer r:
-// dialing (a Create for r is connecting), dialed (the connection its last
-// Create returned, until the cache publishes or releases it) and dropped
-// (the last connection to r it gave up). The cache's Create and the accept
-// path meet there:
+// dialing (a Create for r is connecting, and its dial), dialed (the
+// connection its last Create returned, until the cache publishes or
+// releases it) and last (the last connection from r that its acceptor
+// admitted). The cache's Create and the accept path meet there:
 //
 //   - Create(r) looks r up, then, under the mutex, stops if an Offer has
 //     answered it meanwhile (its context is done), and otherwise sets
 //     dialing, dials, and sends a hello: its id, its incarnation (new for
 //     every [Listen], so a restart is recognisable), a random id for the
-//     connection, and dropped. Dialing is not set during the lookup, so
+//     connection, and last, as dropped: a Create runs only while the cache
+//     holds no endpoint for r, so this peer has given that connection up
+//     (whether or not its Release has run yet; one this peer dialed needs
+//     no naming, see below). Dialing is not set during the lookup, so
 //     that a peer still waiting for r's address does not refuse r's own
 //     connection.
 //   - The acceptor decides under the same mutex, against the endpoint the
@@ -58,9 +68,12 @@
 //     that endpoint as stale if r has restarted, if r says it dropped it,
 //     or if r dialed it (r dials only when it holds no endpoint to this
 //     peer); it invalidates a stale endpoint (outside the mutex) and
-//     decides again. Then, if it is not dialing r and holds no endpoint to
-//     r, it accepts. If it is (both peers dial at once), it accepts only if
-//     r has the lower id, and otherwise answers "duplicate". An accepted
+//     decides again, without waiting for that endpoint's Release. Then, if
+//     it is not dialing r and holds no endpoint to r, it accepts. If it is
+//     (both peers dial at once), it accepts only if r has the lower id, and
+//     otherwise answers "duplicate"; a dial of its own that r names as
+//     dropped does not count (r accepted it and gave it up before its
+//     answer arrived here: r waits for no other connection). An accepted
 //     connection is offered to the cache at once, under the mutex, so that
 //     a Create for r either sees its context done before it dials or was
 //     dialing already. The verdict is written while the connection's write
@@ -83,7 +96,10 @@
 // carries a frame: frames are written only on a connection that got
 // "accept". Every duplicate is closed by both ends as soon as it is decided
 // (a dial cut short by an offer counts as one), and counted in
-// Stats.Duplicates.
+// Stats.Duplicates. A dial whose answer had arrived when it was cut short
+// is no duplicate: its answer is read and honoured (a connection r
+// accepted may carry r's frames already, and is closed gracefully if the
+// pair keeps another).
 //
 // # Sending under a lease
 //
@@ -95,29 +111,46 @@
 // connection. No connection is closed under a frame being written, except
 // by [Peer.Close], which aborts the writes in flight. A Send that finds its
 // connection unusable before it has written a byte (a failed read, a
-// broken stream) drops it and sends on another, so that the frame goes
-// once.
+// broken stream, or the other end closing its side) drops it and sends on
+// another, so that the frame goes once. A connection this peer drops
+// leaves the cache at once, and its Release (which may wait for the other
+// end) runs on a goroutine of its own: neither a Send nor the acceptor
+// waits for it.
 //
 // # Closing gracefully
 //
 // A connection the cache gives up while it works (eviction, idle removal, a
-// stale endpoint, a failure report) is closed in two steps (conn.shutdown),
-// so that a frame in flight is not lost. This end closes its sending side
-// (shutdown(SHUT_WR)): the other end's reader gets every frame written
-// before, then the end of the stream, and drops the connection with
-// CompareAndInvalidate. This end goes on reading meanwhile: a frame the
-// other end writes until it has let go is delivered, and the other end may
-// write on a connection whose reader has seen the end (a Send that got it
-// just before). The other end closes once its last Send is done; this end's
-// reader then sees the end, and only then is the descriptor closed. A peer
-// that stays silent for HandshakeTimeout while this end waits (hung, or its
-// receiver has stopped taking frames) is cut off. The cache's Release
-// returns once the descriptor is closed. A connection that failed is closed
-// at once.
+// stale endpoint, a failure report, a write cut short) is closed in two
+// steps (conn.shutdown), so that no frame in flight is lost. This end
+// closes its sending side (shutdown(SHUT_WR)): the other end's reader gets
+// every frame written before (after a write cut short: the part of it, then
+// the end, and the reader drops the connection), then the end of the
+// stream, and drops the connection with CompareAndInvalidate. This end goes
+// on reading meanwhile, and drains: its reader no longer waits for room in
+// the inbox (frames that find it full wait beside the connection, in order,
+// and reach the inbox after it), so that it reads to the other end's close
+// whatever this peer's receiver does, and never closes a socket with
+// unread data (which makes the kernel reset the connection and discard
+// what the other end's Sends reported sent). The other end may still write
+// on a connection whose reader has not seen the end (a reader waiting for
+// room in a full inbox does not read it): so a Send asks the kernel, right
+// before its write, whether the other end has closed its side (on Linux:
+// the connection's TCP state), and if so writes nothing, and sends on
+// another connection. The other end closes once its last Send is done; this
+// end's reader then sees the end, and only then is the descriptor closed.
+// A peer that stays silent for HandshakeTimeout while this end waits (not a
+// byte arrives: it is hung) is cut off. The cache's Release returns once
+// the descriptor is closed. A connection that failed is closed at once.
 //
 // While the inbox is full, a reader holds a lease on its connection, and
 // every frame read marks the connection used: a connection the other end
 // keeps writing on is neither idle nor least recently used here.
+//
+// What a Send that returns nil means follows: its whole frame was written
+// on a connection whose other end had not closed its side when the Send
+// looked, and the other end reads every frame up to the end of the stream,
+// whichever end closes the connection and however slowly its receiver
+// takes frames. See [Peer.Send] for what still loses a frame.
 //
 // # A bound on descriptors
 //
@@ -137,8 +170,13 @@
 //   - one accept slot: the acceptor calls Accept only while it holds the
 //     slot, and the accepted connection keeps it until the cache owns it
 //     (its room covers it then) or it is closed. The other connections
-//     wait in the kernel's backlog meanwhile, and a stranger that says
-//     nothing holds the slot for HandshakeTimeout at most.
+//     wait in the kernel's backlog meanwhile, and a connection that says
+//     nothing holds the slot for an eighth of HandshakeTimeout, a second at
+//     most, not for HandshakeTimeout: a dial waiting behind it in the
+//     backlog has that budget for its whole handshake. A dialer of this
+//     package writes its hello as soon as its connect returns; one that is
+//     that late is answered "late" (a refusal with reason 6), and its Send
+//     tries again, as after "busy".
 //
 // Stats.Descriptors counts the same way (up before a dial or accept call,
 // down after a close), and its high-water mark never exceeds MaxConns.
@@ -189,8 +227,10 @@
 // refusal are 1 (the hello is for another peer: a stale address), 2 (the
 // dialer's id is not in the directory), 3 (the dialer claims the acceptor's
 // id), 4 (the acceptor is closing) and 5 (busy: the acceptor has no room
-// for the connection now, and connects back; see MaxConns). Something that is not a hello, or no
-// hello within Config.HandshakeTimeout, is closed without a reply, and so
+// for the connection now, and connects back; see MaxConns), and 6 (late:
+// no hello within the acceptor's grace, while it held its accept slot; see
+// MaxConns: try again). Something that is not a hello, or no hello within
+// Config.HandshakeTimeout, is closed without a reply, and so
 // is a hello whose dialer has already closed its end (a dial given up while
 // it waited in the backlog: counted in Stats.Abandoned, never offered, so
 // that no Send writes a frame into it and reports it sent). After an
@@ -204,9 +244,15 @@
 // dials again, fails (the listener is gone), and with Config.ErrorTTL that
 // failure answers every Send to the dead peer until it expires. A
 // restarted peer (a new [Listen] with the same id) publishes its new
-// address; once the remembered failure has expired, the next Send connects
-// to it, and its hellos replace any stale connection the others still hold
-// for its previous life.
+// address; once the remembered failure has expired, or as soon as a
+// watching directory reports the publication, the next Send connects to
+// it, and its hellos replace any stale connection the others still hold
+// for its previous life (at once: the stale endpoint's graceful close, which
+// may wait for a hung previous life, runs on its own). A failure remembered
+// at an address the directory no longer gives (the attempt looked the old
+// address up before the peer published again, and failed after the watch
+// reported it) is forgotten by the Send that meets it, which connects to
+// the new address.
 //
 // Close of a peer closes its listener, its cache (which releases every
 // endpoint), every other connection, and waits for its goroutines.

@@ -37,7 +37,10 @@ var ErrSuperseded = errors.New("tcp: lost a simultaneous connect and the winning
 // the remote peer answered "busy": it holds Config.MaxConns connections and
 // could not take another at once. The remote connects back once it has
 // room; meanwhile the attempt has given up this peer's room, so that a full
-// mesh cannot deadlock (see the package doc). [Peer.Send] waits and tries
+// mesh cannot deadlock (see the package doc). It also matches the error of
+// an attempt the remote answered "late": its hello reached a remote with
+// MaxConns after the remote had waited long enough for it (the remote
+// does not connect back then). [Peer.Send] waits and tries
 // again by itself, until its context ends; [Retryable] does not retry it,
 // since a retry inside the connection attempt would keep the room.
 var ErrBusy = errors.New("tcp: the peer has no room for another connection now")

@@ -20,8 +20,10 @@ func Example() {
 	cfg := tcp.Config{
 		Directory: dir,
 		MaxFrame:  64 << 10,
-		// Retry "not published yet" with backoff, for up to a minute;
-		// remember any other failure for a second. A handshake may take
+		// Wait for an address not published yet for up to a minute (the
+		// in-process directory waits in Resolve; with another, Retry
+		// retries "not published yet" with backoff); remember any other
+		// failure for a second. A handshake may take
 		// as long: a busy machine answers late, and a dead peer refuses at
 		// once.
 		Retry:            epcache.Backoff(time.Millisecond, 50*time.Millisecond, 0, tcp.Retryable),
@@ -45,7 +47,8 @@ func Example() {
 	defer b.Close()
 
 	ctx := context.Background()
-	// Peer 1's address is not visible yet: Send retries the lookup.
+	// Peer 1's address is not visible yet: Send waits for it (the
+	// in-process directory is a directory.Resolver).
 	if err := a.Send(ctx, 1, []byte("ping")); err != nil {
 		fmt.Println(err)
 		return

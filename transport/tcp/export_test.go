@@ -30,20 +30,23 @@ type Held struct {
 }
 
 // Decide runs the acceptor's rule for a hello from peer from (incarnation
-// inc, dropped nonce dropped) reaching peer me, which is dialing from or
-// not, and holds held (nil: nothing). It reports the verdict and whether the
-// held endpoint is given up.
-func Decide(me, from int, inc, dropped uint64, dialing bool, held *Held) (accept, dropHeld bool) {
-	var cur *conn
+// inc, dropped nonce dropped) reaching peer me, which is dialing from (its
+// dial in flight named dialNonce) or not, and holds held (nil: nothing). It
+// reports the verdict and whether the held endpoint is given up.
+func Decide(me, from int, inc, dropped uint64, dialing bool, dialNonce uint64, held *Held) (accept, dropHeld bool) {
+	var cur, dial *conn
 	if held != nil {
 		cur = &conn{remoteInc: held.RemoteInc, nonce: held.Nonce, dialed: held.DialedBy == "acceptor"}
 	}
+	if dialNonce != 0 {
+		dial = &conn{nonce: dialNonce, dialed: true}
+	}
 	h := hello{from: uint32(from), to: uint32(me), inc: inc, nonce: 99, dropped: dropped}
-	accept, stale := decide(me, &h, dialing, cur)
+	accept, stale := decide(me, &h, dialing, dial, cur)
 	if stale != nil {
 		// The acceptor invalidates the stale endpoint and decides again,
 		// holding nothing.
-		accept, _ = decide(me, &h, dialing, nil)
+		accept, _ = decide(me, &h, dialing, dial, nil)
 		return accept, true
 	}
 	return accept, false

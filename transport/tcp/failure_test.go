@@ -2,6 +2,7 @@ package tcp_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -255,4 +256,60 @@ func TestNoCloseUnderAWriter(t *testing.T) {
 	assert.Zero(t, tcp.ClosedUnderWriter(m.peers[1]))
 	m.close(t)
 	checkFDs(t, baseline)
+}
+
+// TestRestartWhileOldLifeHangs (issue 24, defect 4): peer 1 restarts while
+// its previous life still runs and never closes anything (it is hung: its
+// receiver takes no frames, so its reader never sees peer 0 close its
+// side). The new life's hello tells peer 0 that its endpoint is stale;
+// peer 0 drops it, and accepts the new life's connection at once: the
+// stale endpoint's graceful close, which waits for the hung life for up to
+// peer 0's HandshakeTimeout, runs on its own. Before the fix, the acceptor
+// waited for it before answering the hello, and the new life, whose
+// handshake has the same budget, gave up first (with MaxConns, the accept
+// slot was held all that time too). Here the budgets are patience: the
+// new life's Send hung.
+func TestRestartWhileOldLifeHangs(t *testing.T) {
+	for _, maxConns := range []int{0, 3} {
+		t.Run(fmt.Sprintf("maxconns=%d", maxConns), func(t *testing.T) {
+			baseline := openFDs(t)
+			dir, err := directory.New(directory.Options{Size: 2})
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), hang)
+			defer cancel()
+			p0, err := tcp.Listen(tcp.Config{ID: 0, Directory: dir, MaxConns: maxConns, HandshakeTimeout: patience, CreateTimeout: patience})
+			require.NoError(t, err)
+			in0 := receive(p0, 2)
+			old, err := tcp.Listen(tcp.Config{ID: 1, Directory: dir, RecvBuffer: 1, HandshakeTimeout: patience, CreateTimeout: patience})
+			require.NoError(t, err)
+
+			// The old life takes no frame: one in its inbox, one held by
+			// its reader, which reads nothing more.
+			for f := range 2 {
+				require.NoError(t, p0.Send(ctx, 1, payload(0, 0, f)))
+			}
+			require.True(t, eventually(t, func() bool { return old.Stats().Received == 1 && readersHoldingAFrame(t) == 1 }))
+
+			// The new life publishes and sends.
+			fresh, err := tcp.Listen(tcp.Config{ID: 1, Directory: dir, HandshakeTimeout: patience, CreateTimeout: patience})
+			require.NoError(t, err)
+			inFresh := receive(fresh, 2)
+			require.NoError(t, fresh.Send(ctx, 0, payload(1, 1, 0)), "the new life could not connect")
+			waitTotal(t, in0, 1, "peer 0")
+			require.NoError(t, p0.Send(ctx, 1, payload(0, 1, 0)))
+			waitTotal(t, inFresh, 1, "the new life")
+			assert.EqualValues(t, 1, old.Stats().Received, "the old life got nothing more")
+
+			// The old life wakes up and takes its frames; then it is gone.
+			inOld := receive(old, 2)
+			waitTotal(t, inOld, 2, "the old life")
+			require.NoError(t, old.Close())
+			<-inOld.Done
+			require.NoError(t, fresh.Close())
+			require.NoError(t, p0.Close())
+			<-in0.Done
+			<-inFresh.Done
+			checkFDs(t, baseline)
+		})
+	}
 }

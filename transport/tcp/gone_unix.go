@@ -41,3 +41,28 @@ func peerGone(nc net.Conn) bool {
 		return n == 0 // the end of the stream; a byte is a frame sent ahead of the verdict
 	}
 }
+
+// readable returns how many bytes, up to n, can be read from nc without
+// waiting: it peeks at the socket (MSG_PEEK, MSG_DONTWAIT).
+func readable(nc net.Conn, n int) int {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return 0
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	b := make([]byte, n)
+	var got int
+	// Control, not Read: the connection's deadline may be in the past (the
+	// read was cut), which Read would answer without a look.
+	if err := rc.Control(func(fd uintptr) {
+		if m, _, rerr := syscall.Recvfrom(int(fd), b, syscall.MSG_PEEK|syscall.MSG_DONTWAIT); rerr == nil {
+			got = m
+		}
+	}); err != nil {
+		return 0
+	}
+	return got
+}

@@ -31,6 +31,13 @@ const (
 	MaxFrameLimit = 1 << 30
 )
 
+// maxHelloGrace bounds how long, with MaxConns, an accepted connection may
+// hold the accept slot before its hello arrives: a dialer of this package
+// writes its hello as soon as its connect returns, and finds it in the
+// socket once it is accepted, while a stranger that says nothing would
+// make every dial behind it in the backlog wait (see readHello).
+const maxHelloGrace = time.Second
+
 // defaultRetry is the retry policy of a nil Config.Retry.
 var defaultRetry = epcache.Backoff(time.Millisecond, 100*time.Millisecond, 0, Retryable)
 
@@ -46,7 +53,16 @@ type Config struct {
 	// github.com/epcache/epcache/etcd), for peers in separate processes.
 	// If it is a directory.Watcher too, a peer that publishes again (it
 	// restarted) is forgotten at once: a failure to reach it that ErrorTTL
-	// remembers no longer holds Sends to it back.
+	// remembers no longer holds Sends to it back, and a connection this
+	// peer dialed to its previous address is dropped, so that Sends go to
+	// the new life rather than to a previous one that may be hung. (One the
+	// previous life dialed is dropped when the new life connects: its
+	// hello names a new incarnation.) If it is a
+	// directory.Resolver, a connection attempt to a peer whose address is
+	// not visible yet waits for it in Resolve (within CreateTimeout)
+	// instead of failing for Retry to retry, and an address that no longer
+	// answers (a refused dial, another peer answering) is reported with
+	// Unreachable.
 	Directory directory.Interface
 
 	// ListenAddr is the address the peer listens on; "127.0.0.1:0" (a
@@ -65,13 +81,18 @@ type Config struct {
 	MaxFrame int
 
 	// HandshakeTimeout bounds each side of a handshake (a stranger that
-	// connects and says nothing is closed after it), and how long a
+	// connects and says nothing is closed after it; with MaxConns, after
+	// an eighth of it, at most a second: see the package doc), how long a
 	// connection attempt that lost a simultaneous connect waits for the
-	// winning connection. DefaultHandshakeTimeout if 0.
+	// winning connection, and how long a connection being closed waits for
+	// a silent other end to close its side (see the package doc, "Closing
+	// gracefully"). DefaultHandshakeTimeout if 0.
 	HandshakeTimeout time.Duration
 
 	// CreateTimeout bounds one connection to a peer, lookups, retries and
-	// handshakes included: epcache's Config.CreateTimeout.
+	// handshakes included: epcache's Config.CreateTimeout. With a
+	// directory.Resolver for Directory, a connection attempt waits in
+	// Resolve for a peer that has not published yet, within it.
 	// DefaultCreateTimeout if 0.
 	CreateTimeout time.Duration
 
@@ -200,11 +221,15 @@ type Peer struct {
 	dialer    net.Dialer
 	maxFrame  int
 	hsTimeout time.Duration
-	inbox     chan Message
-	stats     counters
-	done      chan struct{} // closed when Close begins
-	closeDone chan struct{} // closed when the first Close returns
-	wg        sync.WaitGroup
+	// helloGrace, with MaxConns, is how long an accepted connection may
+	// hold the accept slot without a hello: an eighth of hsTimeout, at
+	// most maxHelloGrace (see readHello).
+	helloGrace time.Duration
+	inbox      chan Message
+	stats      counters
+	done       chan struct{} // closed when Close begins
+	closeDone  chan struct{} // closed when the first Close returns
+	wg         sync.WaitGroup
 
 	// With MaxConns: acceptSlot holds a token while the acceptor has a
 	// descriptor outside the cache's room (a pending accept call, then the
@@ -246,18 +271,19 @@ func Listen(cfg Config) (*Peer, error) {
 		advertise = cfg.AdvertiseAddr
 	}
 	p := &Peer{
-		id:        cfg.ID,
-		inc:       nonZeroRandom(),
-		dir:       cfg.Directory,
-		ln:        ln,
-		maxFrame:  cfg.MaxFrame,
-		hsTimeout: cfg.HandshakeTimeout,
-		inbox:     make(chan Message, cfg.RecvBuffer),
-		done:      make(chan struct{}),
-		closeDone: make(chan struct{}),
-		aging:     cfg.MaxConns > 0 || cfg.IdleTimeout > 0,
-		links:     map[int]*link{},
-		conns:     map[*conn]struct{}{},
+		id:         cfg.ID,
+		inc:        nonZeroRandom(),
+		dir:        cfg.Directory,
+		ln:         ln,
+		maxFrame:   cfg.MaxFrame,
+		hsTimeout:  cfg.HandshakeTimeout,
+		helloGrace: min(cfg.HandshakeTimeout/8, maxHelloGrace),
+		inbox:      make(chan Message, cfg.RecvBuffer),
+		done:       make(chan struct{}),
+		closeDone:  make(chan struct{}),
+		aging:      cfg.MaxConns > 0 || cfg.IdleTimeout > 0,
+		links:      map[int]*link{},
+		conns:      map[*conn]struct{}{},
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	maxEntries := 0
@@ -283,10 +309,16 @@ func Listen(cfg Config) (*Peer, error) {
 	go p.acceptLoop()
 	if w, ok := p.dir.(directory.Watcher); ok {
 		// A peer that publishes again has restarted: a failure of it
-		// remembered for ErrorTTL is forgotten at once.
-		p.stopWatch = w.Watch(func(peer int, _ string) {
-			if peer != p.id {
-				p.cache.Forget(peer)
+		// remembered for ErrorTTL is forgotten at once, and a connection
+		// this peer dialed to another address (its previous life's, which
+		// may be hung and never read what the Sends write) is dropped.
+		p.stopWatch = w.Watch(func(peer int, addr string) {
+			if peer == p.id {
+				return
+			}
+			p.cache.Forget(peer)
+			if c, ok := p.cache.Load(peer); ok && c.dialed && c.addr != addr {
+				p.drop(c)
 			}
 		})
 	}
@@ -364,21 +396,42 @@ func (p *Peer) Addr() string { return p.ln.Addr().String() }
 // room (Config.MaxConns) or for a peer that answered "busy", and while TCP
 // flow control holds the write back (the receiver is not calling Recv). ctx
 // bounds all of it: on cancellation Send returns ctx.Err(), and a write cut
-// short tears the connection down.
+// short tears the connection down (gracefully: what the other end sent on
+// it is still delivered).
+//
+// A nil error means that the whole frame was written to a connection whose
+// other end had not closed its side when Send looked, just before the
+// write, and that the receiving peer delivers it to Recv: it reads every
+// frame on a connection up to the end of the stream, whether it closes the
+// connection itself (eviction, idle removal, a stale or failed endpoint)
+// or the sender does, and however slowly its receiver calls Recv. Three
+// things lose such a frame: Close of the receiving peer (frames it has not
+// handed to Recv are discarded), a network failure or a process that dies,
+// and, on Linux only in theory, a sending goroutine that stalls between
+// its look and its write for longer than the other end's HandshakeTimeout
+// while the other end, closing the connection, waits that long for a byte
+// and then closes its socket. (Elsewhere than on Linux, Send does not ask
+// the kernel whether the other end has closed its side, and relies on the
+// connection's reader having seen the end, which a reader waiting for room
+// in a full inbox has not: a frame written on such a connection, after the
+// other end gave up waiting, is lost.)
 //
 // A connection that ends before Send has written a byte on it (the other
 // end closed it, for idleness or to make room, or an earlier write broke
 // it) is dropped and Send uses another: such a frame is sent once, on the
-// next connection. A frame written on a connection that is closed
-// gracefully (eviction, idle removal, at either end) is delivered.
+// next connection.
 //
 // Errors: ErrFrameTooLarge beyond MaxFrame; ErrSelf; an error wrapping
 // directory.ErrUnknownPeer for a peer outside the directory; the connection
-// error (remembered for Config.ErrorTTL); an I/O error after part of the
-// frame was written, after which the connection is given up (with
-// epcache's CompareAndInvalidate, so that only this connection is dropped)
-// and the next Send reconnects; ErrClosed once Close has begun. The payload
-// is not retained.
+// error (remembered for Config.ErrorTTL, unless the directory has another
+// address for the peer by the time a Send meets it: then the failure is of
+// the peer's previous address, and Send connects again); an I/O error
+// after part of the frame was written, after which the connection is given
+// up (with epcache's CompareAndInvalidate, so that only this connection is
+// dropped) and the next Send reconnects; ErrClosed once Close has begun.
+// A frame whose Send returns an error was not delivered, and will not be:
+// not a byte of it was written, or a part, which the receiver discards
+// with the connection. The payload is not retained.
 func (p *Peer) Send(ctx context.Context, to int, payload []byte) error {
 	switch {
 	case len(payload) > p.maxFrame:
@@ -388,7 +441,10 @@ func (p *Peer) Send(ctx context.Context, to int, payload []byte) error {
 	case to < 0 || to >= p.dir.Size():
 		return fmt.Errorf("tcp: send to peer %d: %w (peers are 0 to %d)", to, directory.ErrUnknownPeer, p.dir.Size()-1)
 	}
-	var backoff time.Duration
+	var (
+		backoff time.Duration
+		stale   *attemptError // the last failure found stale, not to be retried twice
+	)
 	for {
 		// A lease, so that a failure report (this Send's, another's, the
 		// reader's), an eviction or an idle sweep never closes the
@@ -399,7 +455,22 @@ func (p *Peer) Send(ctx context.Context, to int, payload []byte) error {
 			if errors.Is(err, epcache.ErrClosed) {
 				return ErrClosed
 			}
-			if !errors.Is(err, ErrBusy) || ctx.Err() != nil {
+			if ae := p.previousLife(to, err); ae != nil && ae != stale {
+				// The failure is of an address the peer no longer has (it
+				// published again while the attempt ran, or since): a
+				// watching directory's Forget may have come before the
+				// failure was remembered. Forgotten here, and tried again
+				// at the new address. (Once: the same failure again is a
+				// creation timed out and still running, which answers
+				// every Get until it returns.)
+				stale = ae
+				p.cache.Forget(to)
+				continue
+			}
+			if ctx.Err() != nil {
+				return ctx.Err() // also when the attempt it waited for failed first
+			}
+			if !errors.Is(err, ErrBusy) {
 				return err
 			}
 			// The peer had no room and connects back when it has; this
@@ -417,18 +488,21 @@ func (p *Peer) Send(ctx context.Context, to int, payload []byte) error {
 		if c.ended.Load() {
 			// The other end has closed it, or it failed: not a byte of
 			// this frame written, so another connection may carry it.
-			lease.Release()
-			p.cache.CompareAndInvalidate(to, c)
+			p.drop(c)
+			p.endLease(lease, c)
 			p.stats.resent.Add(1)
 			continue
 		}
 		wrote, err := c.writeFrame(ctx, payload)
-		lease.Release()
 		if err == nil {
+			p.endLease(lease, c)
 			p.stats.sent.Add(1)
 			return nil
 		}
-		p.cache.CompareAndInvalidate(to, c)
+		// Dropped before the lease ends, so that this Send's lease, if it
+		// is the last, does not run the Release on this goroutine.
+		p.drop(c)
+		p.endLease(lease, c)
 		select {
 		case <-p.done:
 			return ErrClosed
@@ -443,6 +517,43 @@ func (p *Peer) Send(ctx context.Context, to int, payload []byte) error {
 		}
 		return fmt.Errorf("tcp: send to peer %d: %w", to, err)
 	}
+}
+
+// previousLife returns err's attempt, if err is a failure to connect to
+// peer r at an address (or in a lookup) that the directory no longer gives
+// for r: it now has another address for r, visible.
+func (p *Peer) previousLife(r int, err error) *attemptError {
+	var ae *attemptError
+	if !errors.As(err, &ae) {
+		return nil
+	}
+	if now, lerr := p.dir.Lookup(r); lerr != nil || now == ae.addr {
+		return nil
+	}
+	return ae
+}
+
+// endLease ends a Send's lease on c. If this peer has given c up, the
+// lease may be c's last, whose Release closes c gracefully and may wait
+// for the other end: it is ended on a goroutine of its own then, so that
+// the Send, whose frame is written, returns.
+func (p *Peer) endLease(lease epcache.Lease[int, *conn], c *conn) {
+	if !c.givenUp.Load() {
+		lease.Release()
+		return
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		lease.Release() // Close has begun: the Release closes c at once
+		return
+	}
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.wg.Done()
+		lease.Release()
+	}()
 }
 
 // pause waits d, or returns ctx.Err() or ErrClosed if ctx ends or Close

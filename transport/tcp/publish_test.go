@@ -90,20 +90,28 @@ func (f fenced) Lookup(peer int) (string, error) {
 
 // TestPublicationOutsideBudget has a peer whose address becomes visible
 // only long after the sender's retry budget: the send fails with an error
-// that says why, whether the budget is a number of attempts or a timeout.
+// that says why, whether the budget is a number of attempts (of lookups
+// that say "not yet", with a directory that cannot wait) or a timeout
+// (with one that can, a directory.Resolver, the wait in Resolve too).
 func TestPublicationOutsideBudget(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		retry func(int, error) (time.Duration, bool)
-		limit time.Duration
+		name     string
+		retry    func(int, error) (time.Duration, bool)
+		limit    time.Duration
+		resolver bool
 	}{
-		{"attempts", epcache.Backoff(time.Millisecond, 5*time.Millisecond, 5, tcp.Retryable), patience},
-		{"timeout", epcache.Backoff(time.Millisecond, 5*time.Millisecond, 0, tcp.Retryable), 100 * time.Millisecond},
+		{"attempts", epcache.Backoff(time.Millisecond, 5*time.Millisecond, 5, tcp.Retryable), patience, false},
+		{"timeout", epcache.Backoff(time.Millisecond, 5*time.Millisecond, 0, tcp.Retryable), 100 * time.Millisecond, false},
+		{"timeout/resolver", epcache.Backoff(time.Millisecond, 5*time.Millisecond, 0, tcp.Retryable), 100 * time.Millisecond, true},
 	} {
 		t.Run("budget="+tc.name, func(t *testing.T) {
 			baseline := openFDs(t)
-			dir, err := directory.New(directory.Options{Size: 2, Delay: time.Hour})
+			d, err := directory.New(directory.Options{Size: 2, Delay: time.Hour})
 			require.NoError(t, err)
+			var dir directory.Interface = lookupOnly{d}
+			if tc.resolver {
+				dir = d
+			}
 			cfg := tcp.Config{Directory: dir, Retry: tc.retry, CreateTimeout: tc.limit}
 			a, err := tcp.Listen(cfg)
 			require.NoError(t, err)
@@ -129,7 +137,7 @@ func TestPublicationOutsideBudget(t *testing.T) {
 			assert.Equal(t, 1, np.Peer)
 			assert.True(t, np.Pending)
 			assert.ErrorContains(t, err, "tcp: connect to peer 1: directory: peer 1 has published an address that is not visible yet")
-			if tc.name == "timeout" {
+			if tc.name != "attempts" {
 				assert.ErrorIs(t, err, context.DeadlineExceeded)
 			}
 			assert.Zero(t, a.Stats().DialAttempts)
@@ -140,6 +148,10 @@ func TestPublicationOutsideBudget(t *testing.T) {
 		})
 	}
 }
+
+// lookupOnly is a directory that cannot wait for an address: it hides the
+// in-process directory's Resolve, as a directory of one's own may lack one.
+type lookupOnly struct{ directory.Interface }
 
 // TestCloseCancelsWaitingSend closes a peer while a Send waits for an
 // address that is not published: the Send returns ErrClosed at once.

@@ -19,7 +19,7 @@ type hello struct {
 	from, to uint32 // dialer and intended acceptor
 	inc      uint64 // the dialer's incarnation: new for every Listen
 	nonce    uint64 // names the connection; the same at both ends
-	dropped  uint64 // nonce of the dialer's last endpoint to the acceptor, which it has given up; 0 if none
+	dropped  uint64 // nonce of the last connection from the acceptor that the dialer admitted, which it has given up; 0 if none
 }
 
 func (h *hello) marshal() (b [helloSize]byte) {
@@ -70,6 +70,7 @@ const (
 	reasonSelf               // the dialer claims the acceptor's own id
 	reasonClosing            // the acceptor is closing
 	reasonBusy               // the acceptor has no room for the connection now (MaxConns); it connects back
+	reasonLate               // no hello within the acceptor's grace, while it held its one accept slot (MaxConns); try again
 )
 
 func (r reason) String() string {
@@ -84,6 +85,8 @@ func (r reason) String() string {
 		return "the peer is closing"
 	case reasonBusy:
 		return "the peer is busy"
+	case reasonLate:
+		return "no hello in time"
 	default:
 		return fmt.Sprintf("reason %d", uint8(r))
 	}

@@ -65,10 +65,15 @@
 // # Endpoints in the cache
 //
 // The cache's Create for peer r looks r up in the directory. While the
-// directory answers "not yet published", the lookup fails with
-// directory.ErrNotPublished, which [Retryable] and so the default
-// Config.Retry retry, with backoff, within Config.CreateTimeout. With an
-// address, Create calls [Worker.Connect]: ucp_ep_create with
+// directory answers "not yet published", a directory that implements
+// directory.Resolver (the in-process one does) is asked to wait for the
+// address (Resolve, within Config.CreateTimeout); with another, the lookup
+// fails with directory.ErrNotPublished, which [Retryable] and so the
+// default Config.Retry retry, with backoff, within Config.CreateTimeout.
+// An address that turns out stale (not an address of a live worker) is
+// reported with the Resolver's Unreachable, and if the directory has
+// another for r by then (r restarted), Create connects to that one. With
+// an address, Create calls [Worker.Connect]: ucp_ep_create with
 // UCP_ERR_HANDLING_MODE_PEER and an error callback, then ucp_ep_flush_nbx,
 // which completes once the remote worker has answered. Create therefore
 // fails for a dead peer instead of returning an endpoint that fails later,

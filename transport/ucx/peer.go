@@ -13,6 +13,7 @@ import (
 
 	"github.com/epcache/epcache/epcache"
 	"github.com/epcache/epcache/transport/directory"
+	"github.com/epcache/epcache/transport/internal/resolve"
 )
 
 // Defaults for the zero fields of [Config].
@@ -40,7 +41,10 @@ type Config struct {
 	ID int
 
 	// Directory is where the peer publishes its worker's address and looks
-	// up the others'.
+	// up the others'. If it is a directory.Resolver, a connection attempt
+	// to a peer whose address is not visible yet waits for it in Resolve
+	// (within CreateTimeout) instead of failing for Retry to retry, and an
+	// address that no longer answers is reported with Unreachable.
 	Directory directory.Interface
 
 	// Context is the UCP context the peer's worker is made from. Peers of
@@ -207,23 +211,48 @@ func (p *Peer) ID() int { return p.id }
 func (p *Peer) Worker() *Worker { return p.w }
 
 // create is the cache's Create: it looks peer r up and connects to it.
+// While r has no address visible, a directory.Resolver's Resolve waits for
+// one, within ctx (CreateTimeout); another directory's "not yet" fails the
+// attempt, for Retry to make another. An address that no longer answers
+// (see stale) is reported to a Resolver with Unreachable and, if the
+// directory now has another address for r (r published again while this
+// attempt ran), connected to at once: a failure of r's previous worker is
+// not r's.
 func (p *Peer) create(ctx context.Context, r int) (*Endpoint, error) {
-	addr, err := p.dir.Lookup(r)
+	addr, err := resolve.Lookup(ctx, p.dir, r, &p.stats.notPublished)
 	if err != nil {
-		if errors.Is(err, directory.ErrNotPublished) {
-			p.stats.notPublished.Add(1)
-		}
 		return nil, fmt.Errorf("ucx: connect to peer %d: %w", r, err)
 	}
-	p.stats.connectAttempts.Add(1)
-	ep, err := p.w.Connect(ctx, []byte(addr), r)
-	if err != nil {
-		if errors.Is(err, ErrClosed) || err == ctx.Err() {
+	for {
+		p.stats.connectAttempts.Add(1)
+		ep, err := p.w.Connect(ctx, []byte(addr), r)
+		switch {
+		case err == nil:
+			return ep, nil
+		case errors.Is(err, ErrClosed) || err == ctx.Err():
 			return nil, err
 		}
-		return nil, fmt.Errorf("ucx: connect to peer %d: %w", r, err)
+		err = fmt.Errorf("ucx: connect to peer %d: %w", r, err)
+		if !stale(err) {
+			return nil, err
+		}
+		resolve.Unreachable(p.dir, r, addr)
+		next, lerr := p.dir.Lookup(r)
+		if lerr != nil || next == addr {
+			return nil, err
+		}
+		addr = next
 	}
-	return ep, nil
+}
+
+// stale reports whether a connection's failure says that the address no
+// longer belongs to a live worker: it is not a worker address of this
+// package, no open context of this process issued it (its worker's
+// context is closed), or the wire-up found the worker gone.
+func stale(err error) bool {
+	var st Status
+	return errors.Is(err, ErrBadAddress) || errors.Is(err, ErrUnknownAddress) || errors.Is(err, ErrEndpointFailed) ||
+		errors.As(err, &st) && (st == StatusUnreachable || st == StatusConnectionReset || st == StatusTimedOut)
 }
 
 // release is the cache's Release: it closes the endpoint and waits for the

@@ -1,6 +1,7 @@
 // Package meshtest holds the test helpers the transports share: an inbox that
 // counts the messages a peer receives by sender, payloads that name their
-// sender so that a message delivered under the wrong name is caught, and the
+// sender so that a message delivered under the wrong name is caught, a
+// directory that records what the transports report unreachable, and the
 // two durations that keep the transports' tests independent of the
 // machine's speed.
 package meshtest
@@ -9,10 +10,12 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/epcache/epcache/transport/directory"
 	"github.com/stretchr/testify/assert"
 )
 
@@ -110,4 +113,31 @@ func waitCount(t *testing.T, n *atomic.Int64, want int64, who, what string) {
 func Eventually(t *testing.T, cond func() bool, msgAndArgs ...any) bool {
 	t.Helper()
 	return assert.Eventually(t, cond, Hang, time.Millisecond, msgAndArgs...)
+}
+
+// Reporting is a directory.Resolver over the in-process directory that
+// records the addresses reported unreachable, and calls OnUnreachable, if
+// set, for each.
+type Reporting struct {
+	*directory.Directory
+	mu            sync.Mutex
+	reports       []string
+	OnUnreachable func(peer int, addr string)
+}
+
+// Unreachable records addr and calls OnUnreachable.
+func (r *Reporting) Unreachable(peer int, addr string) {
+	r.mu.Lock()
+	r.reports = append(r.reports, addr)
+	r.mu.Unlock()
+	if r.OnUnreachable != nil {
+		r.OnUnreachable(peer, addr)
+	}
+}
+
+// Reported returns the addresses reported so far, in order.
+func (r *Reporting) Reported() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.reports...)
 }
