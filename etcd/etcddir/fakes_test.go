@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,8 +48,7 @@ func (k *patientOpen) Get(ctx context.Context, key string, opts ...clientv3.OpOp
 
 // deeds records the requests through which a process changed, or tried to
 // change, etcd, each once etcd answered it: "put <key> <value>", "txn
-// succeeded" or "txn failed", "revoke". A test waits on them to know that
-// a process has acted, rather than for a while.
+// succeeded" or "txn failed", "revoke". A test that fails prints them.
 type deeds struct {
 	mu   sync.Mutex
 	list []string
@@ -58,34 +58,6 @@ func (d *deeds) add(format string, args ...any) {
 	d.mu.Lock()
 	d.list = append(d.list, fmt.Sprintf(format, args...))
 	d.mu.Unlock()
-}
-
-// mark returns how many deeds there are so far.
-func (d *deeds) mark() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.list)
-}
-
-// await waits until a deed after mark starts with one of prefixes, and
-// returns it; the limit only detects a hang.
-func (d *deeds) await(t *testing.T, what string, mark int, prefixes ...string) string {
-	t.Helper()
-	var found string
-	eventually(t, what, func() bool {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		for _, deed := range d.list[mark:] {
-			for _, p := range prefixes {
-				if strings.HasPrefix(deed, p) {
-					found = deed
-					return true
-				}
-			}
-		}
-		return false
-	})
-	return found
 }
 
 func (d *deeds) String() string {
@@ -221,7 +193,7 @@ type zombie struct {
 	watch *gatedWatch
 }
 
-func startZombie(t *testing.T, url string, holdNews bool) *zombie {
+func startZombie(t *testing.T, url string, holdNews bool, mode etcddir.Mode) *zombie {
 	t.Helper()
 	c := client(t, url)
 	z := &zombie{deeds: &deeds{}}
@@ -231,7 +203,7 @@ func startZombie(t *testing.T, url string, holdNews bool) *zombie {
 		close(z.watch.open)
 	}
 	c.KV, c.Lease, c.Watcher = spyKV{c.KV, z.deeds}, z.lease, z.watch
-	z.Directory = open(t, c, nil)
+	z.Directory = open(t, c, func(o *etcddir.Options) { o.Mode = mode })
 	return z
 }
 
@@ -324,4 +296,83 @@ func (l *unansweredRevoke) Revoke(ctx context.Context, _ clientv3.LeaseID) (*cli
 	l.mu.Unlock()
 	<-ctx.Done()
 	return nil, ctx.Err()
+}
+
+// countingKV is a client's KV that counts the reads of each key, notes
+// whether each was serializable, and holds every read of a key that
+// matches hold until release is closed (nil hold: none held).
+type countingKV struct {
+	clientv3.KV
+	hold    func(key string) bool
+	release chan struct{}
+
+	mu    sync.Mutex
+	reads map[string][]bool // key → serializable, per read
+}
+
+func newCountingKV(kv clientv3.KV) *countingKV {
+	return &countingKV{KV: kv, release: make(chan struct{}), reads: map[string][]bool{}}
+}
+
+func (k *countingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	k.mu.Lock()
+	k.reads[key] = append(k.reads[key], clientv3.OpGet(key, opts...).IsSerializable())
+	k.mu.Unlock()
+	if k.hold != nil && k.hold(key) {
+		select {
+		case <-k.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return k.KV.Get(ctx, key, opts...)
+}
+
+// readsOf returns the reads of key so far: true for a serializable one.
+func (k *countingKV) readsOf(key string) []bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.reads[key])
+}
+
+// countingWatcher is a client's Watcher that counts the watches of each
+// key, and holds the first watch of a key that matches hold until release
+// is closed, after closing held.
+type countingWatcher struct {
+	clientv3.Watcher
+	hold    func(key string) bool
+	held    chan struct{}
+	release chan struct{}
+
+	mu      sync.Mutex
+	watches map[string]int
+	holding bool
+}
+
+func newCountingWatcher(w clientv3.Watcher) *countingWatcher {
+	return &countingWatcher{Watcher: w, held: make(chan struct{}), release: make(chan struct{}), watches: map[string]int{}}
+}
+
+func (w *countingWatcher) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	w.mu.Lock()
+	w.watches[key]++
+	first := w.hold != nil && !w.holding && w.hold(key)
+	if first {
+		w.holding = true
+	}
+	w.mu.Unlock()
+	if first {
+		close(w.held)
+		select {
+		case <-w.release:
+		case <-ctx.Done():
+		}
+	}
+	return w.Watcher.Watch(ctx, key, opts...)
+}
+
+func (w *countingWatcher) watchesOf(key string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.watches[key]
 }

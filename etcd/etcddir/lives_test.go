@@ -5,12 +5,32 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/epcache/epcache/etcd/etcddir"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // The tests of a peer's lives (see the package doc): a publication writes
 // only while it is its peer's newest life, and every new life is news to
-// the watchers.
+// the watchers. The processes whose lives are at stake run in each mode:
+// a Mirror hears of newer lives from its watch of the prefix, an OnDemand
+// process from its watch of its own keys.
+
+// forModes runs f once per mode, as a subtest.
+func forModes(t *testing.T, f func(t *testing.T, mode etcddir.Mode)) {
+	for _, m := range []etcddir.Mode{etcddir.Mirror, etcddir.OnDemand} {
+		t.Run("mode="+m.String(), func(t *testing.T) { f(t, m) })
+	}
+}
+
+func inMode(m etcddir.Mode) func(*etcddir.Options) { return func(o *etcddir.Options) { o.Mode = m } }
+
+// counted returns a condition that holds once f(d's counters) reaches n.
+func counted(d *etcddir.Directory, f func(etcddir.Counters) int64, n int64) func() bool {
+	return func() bool { return f(d.Counters()) >= n }
+}
+
+func superseded(c etcddir.Counters) int64 { return c.Superseded }
+func renewals(c etcddir.Counters) int64   { return c.LeaseRenewals }
 
 // A zombie: a process cut off from etcd for longer than its TTL, whose
 // lease etcd let lapse, and which the resource manager restarted
@@ -20,28 +40,34 @@ import (
 // again). The zombie's news are held, so that only the guard on its own
 // write, not its mirror, can stop it.
 func TestZombieDoesNotOverwriteTheRestartedProcess(t *testing.T) {
+	forModes(t, testZombieDoesNotOverwriteTheRestartedProcess)
+}
+
+func testZombieDoesNotOverwriteTheRestartedProcess(t *testing.T, mode etcddir.Mode) {
 	s := server(t)
 	tc := client(t, s.URL())
-	key := "/test/" + t.Name() + "/1"
+	key := etcddir.Key("/test/"+t.Name()+"/", 1)
 	w := open(t, client(t, s.URL()), nil)
-	z := startZombie(t, s.URL(), true)
+	z := startZombie(t, s.URL(), true, mode)
 	if err := z.Publish(1, "127.0.0.1:7001"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the watcher sees the zombie-to-be", lookupIs(w, 1, "127.0.0.1:7001"))
 	lapse(t, tc, key)
 	eventually(t, "the watcher sees its lease lapse", withdrawn(w, 1))
-	restarted := open(t, client(t, s.URL()), nil)
+	restarted := open(t, client(t, s.URL()), inMode(mode))
 	if err := restarted.Publish(1, "127.0.0.1:7101"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the watcher sees the restart", lookupIs(w, 1, "127.0.0.1:7101"))
 
-	mark := z.deeds.mark()
 	z.heal()
-	deed := z.deeds.await(t, "the zombie writes its address again or gives its life up", mark, "put", "txn succeeded", "revoke")
+	eventually(t, "the zombie takes a new lease and writes its address again or gives its life up", counted(z.Directory, renewals, 1))
 	if got := stored(t, tc, key); got != "127.0.0.1:7101" {
-		t.Fatalf("once the zombie reached etcd again (%s), etcd holds %q for peer 1; want the restarted process's \"127.0.0.1:7101\"", deed, got)
+		t.Fatalf("once the zombie reached etcd again (%s), etcd holds %q for peer 1; want the restarted process's \"127.0.0.1:7101\"", z.deeds, got)
+	}
+	if got := z.Counters().Superseded; got != 1 {
+		t.Errorf("the zombie's Counters().Superseded = %d; want 1: it found the newer life in the key", got)
 	}
 	if got, err := w.Lookup(1); err != nil || got != "127.0.0.1:7101" {
 		t.Fatalf("the watcher's Lookup(1) = %q, %v; want the restarted process's address", got, err)
@@ -54,35 +80,33 @@ func TestZombieDoesNotOverwriteTheRestartedProcess(t *testing.T) {
 // that a newer life was there. The zombie's mirror heard of it, and that
 // ends the zombie's life: it does not publish its old address again.
 func TestZombieThatHeardOfANewerLifeStaysAway(t *testing.T) {
+	forModes(t, testZombieThatHeardOfANewerLifeStaysAway)
+}
+
+func testZombieThatHeardOfANewerLifeStaysAway(t *testing.T, mode etcddir.Mode) {
 	s := server(t)
 	tc := client(t, s.URL())
-	key := "/test/" + t.Name() + "/1"
+	key := etcddir.Key("/test/"+t.Name()+"/", 1)
 	w := open(t, client(t, s.URL()), nil)
-	z := startZombie(t, s.URL(), false)
+	z := startZombie(t, s.URL(), false, mode)
 	if err := z.Publish(1, "127.0.0.1:7001"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the watcher sees the zombie-to-be", lookupIs(w, 1, "127.0.0.1:7001"))
-	mark := z.deeds.mark()
 	lapse(t, tc, key)
-	restarted := open(t, client(t, s.URL()), nil)
+	restarted := open(t, client(t, s.URL()), inMode(mode))
 	if err := restarted.Publish(1, "127.0.0.1:7101"); err != nil {
 		t.Fatal(err)
 	}
 	if !restarted.Unpublish(1) {
 		t.Fatal("the restarted process's Unpublish of its own address reported false")
 	}
-	// The watch tells of events in revision order: once the zombie has
-	// heard of peer 2, it has heard of peer 1's newer life.
-	if err := restarted.Publish(2, "127.0.0.1:7102"); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the zombie hears of peer 2", lookupIs(z.Directory, 2, "127.0.0.1:7102"))
+	eventually(t, "the zombie hears of the newer life", counted(z.Directory, superseded, 1))
 
 	z.heal()
-	deed := z.deeds.await(t, "the zombie writes its address again or gives its life up", mark, "put", "txn succeeded", "revoke")
+	eventually(t, "the zombie takes a new lease", counted(z.Directory, renewals, 1))
 	if got := stored(t, tc, key); got != "(absent)" {
-		t.Fatalf("once the zombie reached etcd again (%s), etcd holds %q for peer 1; want nothing: its life ended when it heard of a newer one", deed, got)
+		t.Fatalf("once the zombie reached etcd again (%s), etcd holds %q for peer 1; want nothing: its life ended when it heard of a newer one", z.deeds, got)
 	}
 	eventually(t, "the watcher sees peer 1 withdrawn", withdrawn(w, 1))
 }
@@ -93,17 +117,21 @@ func TestZombieThatHeardOfANewerLifeStaysAway(t *testing.T) {
 // the zombie's later write, and the zombie superseded by the newer life:
 // nobody), and the zombie, once it hears of it, must give its life up.
 func TestNewerLifeWinsOverAZombieThatWroteFirst(t *testing.T) {
+	forModes(t, testNewerLifeWinsOverAZombieThatWroteFirst)
+}
+
+func testNewerLifeWinsOverAZombieThatWroteFirst(t *testing.T, mode etcddir.Mode) {
 	s := server(t)
 	tc := client(t, s.URL())
-	key := "/test/" + t.Name() + "/1"
+	key := etcddir.Key("/test/"+t.Name()+"/", 1)
 	w := open(t, client(t, s.URL()), nil)
-	z := startZombie(t, s.URL(), true)
+	z := startZombie(t, s.URL(), true, mode)
 	if err := z.Publish(1, "127.0.0.1:7001"); err != nil {
 		t.Fatal(err)
 	}
 	zLife := modRevision(t, tc, key)
 	lapse(t, tc, key)
-	n := startZombie(t, s.URL(), false)
+	n := startZombie(t, s.URL(), false, mode)
 	if err := n.Publish(1, "127.0.0.1:7101"); err != nil {
 		t.Fatal(err)
 	}
@@ -112,24 +140,23 @@ func TestNewerLifeWinsOverAZombieThatWroteFirst(t *testing.T) {
 	lapse(t, tc, key)
 	eventually(t, "the watcher sees its lease lapse", withdrawn(w, 1))
 
-	mark := z.deeds.mark()
 	z.heal()
-	z.deeds.await(t, "the zombie writes into the absent key", mark, "put", "txn succeeded")
+	eventually(t, "the zombie writes into the absent key", counted(z.Directory, renewals, 1))
 	if got, want := stored(t, tc, key), fmt.Sprintf("epcache-life=%d 127.0.0.1:7001", zLife); got != want {
 		t.Fatalf("the zombie's republication: etcd holds %q; want %q", got, want)
 	}
-	mark = n.deeds.mark()
 	n.heal()
-	n.deeds.await(t, "the newer life takes its key back", mark, "put", "txn succeeded")
+	eventually(t, "the newer life takes its key back", counted(n.Directory, renewals, 1))
 	want := fmt.Sprintf("epcache-life=%d 127.0.0.1:7101", nLife)
 	if got := stored(t, tc, key); got != want {
 		t.Fatalf("the newer life's republication: etcd holds %q; want %q", got, want)
 	}
-	mark = z.deeds.mark()
 	z.hear()
-	z.deeds.await(t, "the zombie hears of the newer life and revokes its lease", mark, "revoke")
+	// The zombie's last write came after the newer life's first: it
+	// deletes the key if its own write still holds it, which it does not.
+	eventually(t, "the zombie hears of the newer life and withdraws what it wrote", counted(z.Directory, superseded, 1))
 	if got := stored(t, tc, key); got != want {
-		t.Fatalf("after the zombie gave its life up, etcd holds %q; want %q", got, want)
+		t.Fatalf("after the zombie gave its life up (%s), etcd holds %q; want %q", z.deeds, got, want)
 	}
 	eventually(t, "the watcher sees the newer life", lookupIs(w, 1, "127.0.0.1:7101"))
 }
@@ -183,13 +210,17 @@ func TestRestartOnTheSameAddressIsNews(t *testing.T) {
 // publication last, revoked the lease of the second, which held the key:
 // nothing was left).
 func TestConcurrentPublishesOfOnePeerKeepItsAddress(t *testing.T) {
+	forModes(t, testConcurrentPublishesOfOnePeerKeepItsAddress)
+}
+
+func testConcurrentPublishesOfOnePeerKeepItsAddress(t *testing.T, mode etcddir.Mode) {
 	s := server(t)
 	tc := client(t, s.URL())
-	key := "/test/" + t.Name() + "/1"
+	key := etcddir.Key("/test/"+t.Name()+"/", 1)
 	c := client(t, s.URL())
 	gate := newGatePut(c.KV, key)
 	c.KV = gate
-	d := open(t, c, nil)
+	d := open(t, c, inMode(mode))
 
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
@@ -231,14 +262,18 @@ func TestConcurrentPublishesOfOnePeerKeepItsAddress(t *testing.T) {
 // which then unpublishes its peer, as on its way out, withdraws nothing:
 // the newer life is not its to withdraw.
 func TestSupersededProcessUnpublishesNothing(t *testing.T) {
+	forModes(t, testSupersededProcessUnpublishesNothing)
+}
+
+func testSupersededProcessUnpublishesNothing(t *testing.T, mode etcddir.Mode) {
 	s := server(t)
 	tc := client(t, s.URL())
-	key := "/test/" + t.Name() + "/1"
-	old := open(t, client(t, s.URL()), nil)
+	key := etcddir.Key("/test/"+t.Name()+"/", 1)
+	old := open(t, client(t, s.URL()), inMode(mode))
 	if err := old.Publish(1, "127.0.0.1:7001"); err != nil {
 		t.Fatal(err)
 	}
-	restarted := open(t, client(t, s.URL()), nil)
+	restarted := open(t, client(t, s.URL()), inMode(mode))
 	if err := restarted.Publish(1, "127.0.0.1:7101"); err != nil {
 		t.Fatal(err)
 	}
@@ -250,5 +285,31 @@ func TestSupersededProcessUnpublishesNothing(t *testing.T) {
 	}
 	if !restarted.Unpublish(1) || stored(t, tc, key) != "(absent)" {
 		t.Fatal("the restarted process's Unpublish of its own life withdrew nothing")
+	}
+}
+
+// An OnDemand process hears of newer lives of every peer it publishes,
+// however its range of peers grew: its watch of its own keys covers
+// peers published after it started, from just before their writes.
+func TestOnDemandHearsOfNewerLivesOfEveryPeerItPublishes(t *testing.T) {
+	s := server(t)
+	d := open(t, client(t, s.URL()), func(o *etcddir.Options) { o.Size, o.Mode = 8, etcddir.OnDemand })
+	for _, p := range []int{2, 0, 5} {
+		if err := d.Publish(p, fmt.Sprintf("127.0.0.1:%d", 7000+p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.PublishAll(map[int]string{7: "127.0.0.1:7007", 6: "127.0.0.1:7006"}); err != nil {
+		t.Fatal(err)
+	}
+	other := open(t, client(t, s.URL()), func(o *etcddir.Options) { o.Size = 8 })
+	for _, p := range []int{0, 5, 7} {
+		if err := other.Publish(p, fmt.Sprintf("127.0.0.1:%d", 7100+p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the process hears of the three newer lives", counted(d, superseded, 3))
+	if got := d.Counters().Superseded; got != 3 {
+		t.Fatalf("Superseded = %d; want 3", got)
 	}
 }

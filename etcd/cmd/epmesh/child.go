@@ -134,7 +134,7 @@ func (c *child) init(ctx context.Context, req request) (any, error) {
 	}
 	c.cli = cli
 	c.dir, err = etcddir.Open(ctx, etcddir.Options{
-		Client: cli, Prefix: a.Prefix + dirTCP + "/", Size: a.N, TTL: a.TTL, Timeout: a.StepTimeout, Validate: validateHostPort,
+		Client: cli, Prefix: a.Prefix + dirTCP + "/", Size: a.N, Mode: a.mode(), TTL: a.TTL, Timeout: a.StepTimeout, Validate: validateHostPort,
 	})
 	if err != nil {
 		cli.Close()
@@ -151,6 +151,14 @@ func (c *child) init(ctx context.Context, req request) (any, error) {
 func (c *child) onWatch(peer int, _ string) {
 	c.watchAt[peer].Store(time.Now().UnixNano()) // tcp.Peer's own watch forgets the peer's failure
 	c.news[peer].Add(1)
+}
+
+// mode is the directory's mode the parent asked for.
+func (a initArgs) mode() etcddir.Mode {
+	if a.DirMode == "ondemand" {
+		return etcddir.OnDemand
+	}
+	return etcddir.Mirror
 }
 
 func validateHostPort(addr string) error {
@@ -199,7 +207,7 @@ func (c *child) handle(ctx context.Context, req request) (any, error) {
 		return c.await(ctx, req), nil
 	case opStats:
 		socks, ok := ownSockets()
-		return statsReply{Stats: p.Stats(), Sockets: socks, SocketsOK: ok, FDs: openFDs()}, nil
+		return statsReply{Stats: p.Stats(), Dir: c.dir.Counters(), Sockets: socks, SocketsOK: ok, FDs: openFDs()}, nil
 	case opHammer:
 		return c.hammer(ctx, p, req), nil
 	case opWithdrawn:
@@ -243,8 +251,9 @@ func (c *child) receive(p *tcp.Peer) {
 	}
 }
 
-// sync waits until every peer's address is visible in the directory named
-// by req.Dir.
+// sync waits until every other peer's address is visible in the
+// directory named by req.Dir: in OnDemand mode, fetched (every process of
+// the mesh uses every other).
 func (c *child) sync(ctx context.Context, req request) error {
 	d := c.dir
 	if req.Dir == dirRaw {
@@ -253,19 +262,14 @@ func (c *child) sync(ctx context.Context, req request) error {
 	if d == nil {
 		return fmt.Errorf("sync of %q before it was opened", req.Dir)
 	}
-	deadline := time.Now().Add(req.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
+	defer cancel()
 	for i := range c.args.N {
-		for {
-			_, err := d.Lookup(i)
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("peer %d not visible within %v: %w", i, req.Timeout, err)
-			}
-			if err := pause(ctx, 2*time.Millisecond); err != nil {
-				return err
-			}
+		if i == c.args.ID {
+			continue
+		}
+		if _, err := d.Resolve(ctx, i); err != nil {
+			return fmt.Errorf("peer %d not visible within %v: %w", i, req.Timeout, err)
 		}
 	}
 	return nil
@@ -620,7 +624,7 @@ func (c *child) rawListen(ctx context.Context) (any, error) {
 	}
 	if c.raw == nil {
 		d, err := etcddir.Open(ctx, etcddir.Options{
-			Client: c.cli, Prefix: c.args.Prefix + dirRaw + "/", Size: c.args.N, TTL: c.args.TTL, Timeout: c.args.StepTimeout, Validate: validateHostPort,
+			Client: c.cli, Prefix: c.args.Prefix + dirRaw + "/", Size: c.args.N, Mode: c.args.mode(), TTL: c.args.TTL, Timeout: c.args.StepTimeout, Validate: validateHostPort,
 		})
 		if err != nil {
 			return nil, err

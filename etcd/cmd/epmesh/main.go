@@ -35,6 +35,13 @@
 //     until the mesh is complete, median of -count runs, comparators side
 //     by side.
 //
+// With -dir, every scenario runs with each of etcddir's modes, Mirror and
+// OnDemand (faults with Mirror only: it checks that lookups say a killed
+// process is withdrawn, which only a mirror follows). Each child reports
+// its directory's Counters; the directory table sums them, beside what
+// etcd's own metrics counted, for each mesh run: the counts cmd/dirscale
+// simulates, from real processes.
+//
 // Run `epmesh -h` for the flags. It exits with status 1 if a run broke a
 // promise above, and prints what.
 package main
@@ -57,36 +64,14 @@ import (
 
 	"github.com/epcache/epcache/bench"
 	"github.com/epcache/epcache/etcd/etcdtest"
+	"github.com/epcache/epcache/etcd/internal/cmdmain"
 	"github.com/epcache/epcache/internal/flaglist"
 )
 
 func main() {
-	if os.Getenv(childEnv) == "1" {
-		if err := runChild(os.Stdin, os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, "epmesh child:", err)
-			os.Exit(1)
-		}
-		return
-	}
-	err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
-	var ue usageError
-	switch {
-	case err == nil:
-	case errors.Is(err, flag.ErrHelp):
-	case errors.As(err, &ue):
-		fmt.Fprintln(os.Stderr, "epmesh:", err)
-		fmt.Fprintln(os.Stderr, "run 'epmesh -h' for the flags")
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, "epmesh:", err)
-		os.Exit(1)
-	}
+	cmdmain.Copy("epmesh child", childEnv, runChild)
+	cmdmain.Exit("epmesh", run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
-
-// usageError is a bad flag: exit status 2.
-type usageError struct{ error }
-
-func (e usageError) Unwrap() error { return e.error }
 
 // Scenarios, in the order they run.
 var scenarios = []string{"mesh", "faults", "storm"}
@@ -114,6 +99,10 @@ type options struct {
 	// storm); 0: ttl. Tests make it outlast the run, so that no live
 	// process depends on its keep-alives arriving within ttl.
 	liveTTL time.Duration
+
+	// dirModes are the etcddir modes every scenario runs in: "mirror",
+	// "ondemand".
+	dirModes []string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -123,12 +112,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	ns := &flaglist.List[int]{Vals: []int{8}, Parse: flaglist.IntAtLeast("-n", 2)}
 	scen := &flaglist.List[string]{Vals: scenarios, Parse: flaglist.OneOf("-scenario", scenarios...)}
 	impls := &flaglist.List[string]{Vals: []string{"epcache", "mutex"}, Parse: flaglist.OneOf("-impl", bench.ImplNames()...)}
+	dirModes := &flaglist.List[string]{Vals: []string{"mirror"}, Parse: flaglist.OneOf("-dir", "mirror", "ondemand")}
 	rtts := &flaglist.List[time.Duration]{Vals: []time.Duration{0, 5 * time.Millisecond}, Parse: flaglist.NonNegativeDuration("-rtt")}
 	var etcd string
 	fs.Var(ns, "n", "processes, a list such as 8,32: every scenario runs for each")
 	fs.IntVar(&o.m, "m", 100, "mesh, faults: messages per ordered pair of processes")
 	fs.IntVar(&o.g, "g", 4, "goroutines per process sending (mesh, faults) or getting endpoints (storm)")
 	fs.Var(scen, "scenario", "scenarios to run: "+strings.Join(scenarios, ", "))
+	fs.Var(dirModes, "dir", "etcddir modes, a list such as mirror,ondemand: every scenario runs in each (faults in mirror only: it checks that lookups say withdrawn, which only a mirror follows)")
 	fs.Var(impls, "impl", "storm: comparators, side by side: "+strings.Join(bench.ImplNames(), ", "))
 	fs.Var(rtts, "rtt", "storm: modelled network delay, paid once per endpoint before its dial (as epbench's tcpstorm), such as 0,5ms")
 	fs.IntVar(&o.count, "count", 3, "storm: runs of each comparator and rtt; tables show medians")
@@ -150,29 +141,29 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, err
 		}
-		return o, usageError{err}
+		return o, cmdmain.Usage(err)
 	}
 	if fs.NArg() > 0 {
-		return o, usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
+		return o, cmdmain.Usage(fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
-	o.ns, o.scenarios, o.impls, o.rtts = ns.Vals, scen.Vals, impls.Vals, rtts.Vals
+	o.ns, o.scenarios, o.impls, o.rtts, o.dirModes = ns.Vals, scen.Vals, impls.Vals, rtts.Vals, dirModes.Vals
 	switch {
 	case o.m < 1:
-		return o, usageError{fmt.Errorf("-m %d: want at least 1", o.m)}
+		return o, cmdmain.Usage(fmt.Errorf("-m %d: want at least 1", o.m))
 	case o.g < 1:
-		return o, usageError{fmt.Errorf("-g %d: want at least 1", o.g)}
+		return o, cmdmain.Usage(fmt.Errorf("-g %d: want at least 1", o.g))
 	case o.count < 1:
-		return o, usageError{fmt.Errorf("-count %d: want at least 1", o.count)}
+		return o, cmdmain.Usage(fmt.Errorf("-count %d: want at least 1", o.count))
 	case o.ttl < time.Second:
-		return o, usageError{fmt.Errorf("-ttl %v: want at least 1s (etcd counts leases in seconds)", o.ttl)}
+		return o, cmdmain.Usage(fmt.Errorf("-ttl %v: want at least 1s (etcd counts leases in seconds)", o.ttl))
 	case o.errorTTL <= 0:
-		return o, usageError{fmt.Errorf("-error-ttl %v: want a positive duration", o.errorTTL)}
+		return o, cmdmain.Usage(fmt.Errorf("-error-ttl %v: want a positive duration", o.errorTTL))
 	case o.stepTimeout < 0:
-		return o, usageError{fmt.Errorf("-step-timeout %v: want 0 (the packages' defaults) or a positive duration", o.stepTimeout)}
+		return o, cmdmain.Usage(fmt.Errorf("-step-timeout %v: want 0 (the packages' defaults) or a positive duration", o.stepTimeout))
 	case o.hammer <= 0 || o.timeout <= 0 || o.sendTimeout <= 0:
-		return o, usageError{errors.New("-hammer, -timeout and -send-timeout must be positive")}
+		return o, cmdmain.Usage(errors.New("-hammer, -timeout and -send-timeout must be positive"))
 	case o.prefix != "" && !strings.HasSuffix(o.prefix, "/"):
-		return o, usageError{fmt.Errorf("-prefix %q: want a prefix ending in /", o.prefix)}
+		return o, cmdmain.Usage(fmt.Errorf("-prefix %q: want a prefix ending in /", o.prefix))
 	}
 	for u := range strings.SplitSeq(etcd, ",") {
 		if u = strings.TrimSpace(u); u != "" {
@@ -277,33 +268,45 @@ func measure(ctx context.Context, o options, self string, stderr io.Writer) (*Re
 	rep.Prefix = o.prefix
 	e := &env{o: o, self: self, endpoints: o.etcd, stderr: stderr}
 	for _, n := range o.ns {
-		for _, sc := range scenarios {
-			if !slices.Contains(o.scenarios, sc) {
-				continue
+		for _, mode := range o.dirModes {
+			e.dirMode = mode
+			if err := measureScenarios(ctx, e, rep, n); err != nil {
+				return rep, err
 			}
-			t0 := time.Now()
-			var err error
-			switch sc {
-			case "mesh":
-				var r MeshResult
-				r, err = runMesh(ctx, e, n)
-				rep.Mesh = append(rep.Mesh, r)
-			case "faults":
-				var r FaultsResult
-				r, err = runFaults(ctx, e, n)
-				rep.Faults = append(rep.Faults, r)
-			case "storm":
-				var rs []StormResult
-				rs, err = runStorm(ctx, e, n)
-				rep.Storm = append(rep.Storm, rs...)
-			}
-			if err != nil {
-				return rep, fmt.Errorf("%s with %d processes: %w", sc, n, err)
-			}
-			fmt.Fprintf(stderr, "epmesh: %s with %d processes: %v\n", sc, n, time.Since(t0).Round(time.Millisecond))
 		}
 	}
 	return rep, nil
+}
+
+// measureScenarios runs every scenario for n processes, in e.dirMode:
+// faults only in mirror, whose lookups follow a withdrawal.
+func measureScenarios(ctx context.Context, e *env, rep *Report, n int) error {
+	for _, sc := range scenarios {
+		if !slices.Contains(e.o.scenarios, sc) || sc == "faults" && e.dirMode == "ondemand" {
+			continue
+		}
+		t0 := time.Now()
+		var err error
+		switch sc {
+		case "mesh":
+			var r MeshResult
+			r, err = runMesh(ctx, e, n)
+			rep.Mesh = append(rep.Mesh, r)
+		case "faults":
+			var r FaultsResult
+			r, err = runFaults(ctx, e, n)
+			rep.Faults = append(rep.Faults, r)
+		case "storm":
+			var rs []StormResult
+			rs, err = runStorm(ctx, e, n)
+			rep.Storm = append(rep.Storm, rs...)
+		}
+		if err != nil {
+			return fmt.Errorf("%s with %d processes (directory %s): %w", sc, n, e.dirMode, err)
+		}
+		fmt.Fprintf(e.stderr, "epmesh: %s with %d processes (directory %s): %v\n", sc, n, e.dirMode, time.Since(t0).Round(time.Millisecond))
+	}
+	return nil
 }
 
 // syncWriter serialises the writes to w.

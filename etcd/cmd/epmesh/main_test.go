@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epcache/epcache/etcd/internal/cmdmain"
+
 	"github.com/epcache/epcache/etcd/etcdtest"
 )
 
@@ -20,13 +22,7 @@ import (
 // test below) starts it again with EPMESH_CHILD=1, as the command does with
 // its own binary.
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "1" {
-		if err := runChild(os.Stdin, os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, "epmesh child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	cmdmain.Copy("epmesh child", childEnv, runChild)
 	code := m.Run()
 	if etcdServer != nil {
 		etcdServer.Close()
@@ -114,6 +110,36 @@ func TestMesh(t *testing.T) {
 	}
 	if r.Complete <= 0 {
 		t.Errorf("mesh complete %v; want the time it took", r.Complete)
+	}
+}
+
+// TestMeshOnDemand: the mesh with OnDemand directories, each process
+// fetching every other's address once, and counting it: one fetch per
+// process and peer, the same checks as the mirror's.
+func TestMeshOnDemand(t *testing.T) {
+	const n = 3
+	e := testEnv(t, nil)
+	e.dirMode = "ondemand"
+	r, err := runMesh(testCtx(t), e, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noViolations(t, r.Violations)
+	var b bytes.Buffer
+	if err := writeDirectory(&b, []MeshResult{r}); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + b.String())
+	if r.DirMode != "ondemand" || r.Dir.Fetches != n*(n-1) {
+		t.Errorf("mode %q, %d fetches; want ondemand and %d, one per process and peer", r.DirMode, r.Dir.Fetches, n*(n-1))
+	}
+	if r.EtcdErr != "" || r.Etcd.Ranges == 0 {
+		t.Errorf("etcd's metrics: %+v, %s", r.Etcd, r.EtcdErr)
+	}
+	for _, p := range r.PerProcess {
+		if p.Dir.Fetches != n-1 {
+			t.Errorf("process %d fetched %d peers; want %d", p.ID, p.Dir.Fetches, n-1)
+		}
 	}
 }
 
@@ -260,10 +286,11 @@ func TestFlags(t *testing.T) {
 		{"-error-ttl", "0"},
 		{"-step-timeout", "-1s"},
 		{"-prefix", "/no-slash"},
+		{"-dir", "everything"},
 		{"extra"},
 	} {
 		_, err := parseFlags(args, io.Discard)
-		var ue usageError
+		var ue cmdmain.UsageError
 		if !errors.As(err, &ue) {
 			t.Errorf("%v: %v; want a usage error", args, err)
 		}

@@ -1,17 +1,23 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/epcache/epcache/etcd/etcddir"
+	"github.com/epcache/epcache/etcd/internal/etcdmetrics"
 )
 
 // MeshResult is one all-to-all run of N processes, each a tcp.Peer.
 type MeshResult struct {
-	Processes  int `json:"processes"`
-	Goroutines int `json:"goroutines"` // senders per process
-	Messages   int `json:"messages"`   // per ordered pair
+	Processes int `json:"processes"`
+	// DirMode is the etcddir mode of the processes' directories.
+	DirMode    string `json:"dir_mode"`
+	Goroutines int    `json:"goroutines"` // senders per process
+	Messages   int    `json:"messages"`   // per ordered pair
 
 	Expected   int64  `json:"expected"` // N(N-1)·Messages
 	Sent       int64  `json:"sent"`
@@ -62,6 +68,16 @@ type MeshResult struct {
 
 	Violations []string `json:"violations,omitempty"`
 
+	// Dir is the processes' directory counters, summed, read once every
+	// message has arrived: what the directory cost etcd.
+	Dir etcddir.Counters `json:"dir"`
+	// Etcd is what etcd's metrics counted from before the processes
+	// started until then (every run of the invocation shares the etcd:
+	// other runs' processes are gone, but an external etcd's other
+	// clients count too); EtcdErr says why not, if they could not be read.
+	Etcd    etcdmetrics.Snapshot `json:"etcd"`
+	EtcdErr string               `json:"etcd_err,omitempty"`
+
 	// PerProcess is each process's own report, by id (in -json only).
 	PerProcess []ProcessReport `json:"per_process"`
 }
@@ -86,6 +102,8 @@ type ProcessReport struct {
 	Offers       uint64        `json:"offers"`
 	FDsBefore    int           `json:"fds_before"`
 	FDsAfter     int           `json:"fds_after"`
+	// Dir is the process's directory counters.
+	Dir etcddir.Counters `json:"dir"`
 }
 
 // runMesh starts n processes, has each send o.m messages to every other
@@ -93,8 +111,9 @@ type ProcessReport struct {
 // over one connection per pair, and that every descriptor is given back.
 func runMesh(ctx context.Context, e *env, n int) (MeshResult, error) {
 	o := e.o
-	res := MeshResult{Processes: n, Goroutines: o.g, Messages: o.m, Pairs: n * (n - 1) / 2,
+	res := MeshResult{Processes: n, DirMode: cmp.Or(e.dirMode, "mirror"), Goroutines: o.g, Messages: o.m, Pairs: n * (n - 1) / 2,
 		Expected: int64(n * (n - 1) * o.m)}
+	etcd0, etcdErr := etcdmetrics.Scrape(ctx, e.endpoints[0])
 	t0 := time.Now()
 	set, err := e.start(ctx, "mesh", n, -1)
 	if err != nil {
@@ -145,7 +164,16 @@ func runMesh(ctx context.Context, e *env, n int) (MeshResult, error) {
 		return res, err
 	}
 	res.ConnsMin, res.ConnsMax, res.Stray, res.BadPairs, res.SocketsChecked = pc.Min, pc.Max, pc.Stray, pc.Bad, pc.checked
+	if etcdErr == nil {
+		var etcd1 etcdmetrics.Snapshot
+		etcd1, etcdErr = etcdmetrics.Scrape(ctx, e.endpoints[0])
+		res.Etcd = etcd1.Sub(etcd0)
+	}
+	if etcdErr != nil {
+		res.EtcdErr = etcdErr.Error()
+	}
 	for _, s := range stats {
+		res.Dir = res.Dir.Add(s.Dir)
 		st := s.Stats
 		res.OpenEnds += st.Open()
 		res.DialAttempts += st.DialAttempts
@@ -170,7 +198,7 @@ func runMesh(ctx context.Context, e *env, n int) (MeshResult, error) {
 			ID: i, PID: set.procs[i].pid, Addr: listens[i].Addr, Open: st.Open(), Complete: sends[i].Complete, Received: awaits[i].Received, Duplicates: awaits[i].Duplicates,
 			DialAttempts: st.DialAttempts, Dialed: st.Dialed, Accepted: st.Accepted, DupClosed: st.Duplicates,
 			NotPublished: st.NotPublished, Creates: st.Cache.Creates, Offers: st.Cache.Offers,
-			FDsBefore: listens[i].FDs, FDsAfter: closes[i].FDs,
+			FDsBefore: listens[i].FDs, FDsAfter: closes[i].FDs, Dir: stats[i].Dir,
 		})
 	}
 	if err := set.close(); err != nil {
@@ -320,6 +348,7 @@ func processReports(procs []*proc, listens []listenReply, stats []statsReply) []
 			ID: procs[i].id, PID: procs[i].pid, Addr: listens[i].Addr, Open: st.Open(),
 			DialAttempts: st.DialAttempts, Dialed: st.Dialed, Accepted: st.Accepted, DupClosed: st.Duplicates,
 			NotPublished: st.NotPublished, Creates: st.Cache.Creates, Offers: st.Cache.Offers, FDsBefore: listens[i].FDs,
+			Dir: s.Dir,
 		}
 	}
 	return out

@@ -20,6 +20,9 @@ func writeTables(w io.Writer, r *Report) error {
 		if err := writeMesh(w, r.Mesh); err != nil {
 			return err
 		}
+		if err := writeDirectory(w, r.Mesh); err != nil {
+			return err
+		}
 	}
 	for _, f := range r.Faults {
 		if err := writeFaults(w, f); err != nil {
@@ -38,7 +41,7 @@ func writeMesh(w io.Writer, rs []MeshResult) error {
 	r0 := rs[0]
 	fmt.Fprintf(w, "\nmesh: N processes, each a tcp.Peer with its own endpoint cache; every process sends %d messages to every other from %d goroutines, all at once\n", r0.Messages, r0.Goroutines)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "N\tmessages\tdelivered\tdup\tconns/pair\topen ends\tdial attempts\tdialed\taccepted\tdup closed\tcreates+offers\tmesh complete\tmedian proc\tall delivered\tstartup\tfds before→after\t status")
+	fmt.Fprintln(tw, "N\tdir\tmessages\tdelivered\tdup\tconns/pair\topen ends\tdial attempts\tdialed\taccepted\tdup closed\tcreates+offers\tmesh complete\tmedian proc\tall delivered\tstartup\tfds before→after\t status")
 	for _, r := range rs {
 		conns := "-"
 		if r.SocketsChecked {
@@ -47,8 +50,8 @@ func writeMesh(w io.Writer, rs []MeshResult) error {
 				conns = fmt.Sprintf("%d–%d", r.ConnsMin, r.ConnsMax)
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d+%d\t%s\t%s\t%s\t%s\t%d→%d\t%s\n",
-			r.Processes, r.Expected, r.Delivered, r.Duplicates, conns, r.OpenEnds, r.DialAttempts, r.Dialed, r.Accepted,
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d+%d\t%s\t%s\t%s\t%s\t%d→%d\t%s\n",
+			r.Processes, r.DirMode, r.Expected, r.Delivered, r.Duplicates, conns, r.OpenEnds, r.DialAttempts, r.Dialed, r.Accepted,
 			r.DuplicatesClosed, r.Creates, r.Offers, dur(r.Complete), dur(r.CompleteMedian), dur(r.Elapsed), dur(r.Startup),
 			r.FDsBefore, r.FDsAfter, status(r.Violations))
 	}
@@ -58,6 +61,28 @@ func writeMesh(w io.Writer, rs []MeshResult) error {
 	_, err := fmt.Fprintln(w, "conns/pair: connections each pair holds once every message arrived, from every process's sockets matched end to end (-: no /proc). "+
 		"mesh complete: from the start signal until the slowest process held a connection to every other; median proc: the median process's. "+
 		"startup: from the first process started to every process seeing every address in etcd. fds: summed over the processes, before each made its peer and after it closed it.")
+	return err
+}
+
+// writeDirectory prints what the directory of each mesh run cost etcd:
+// the counters cmd/dirscale reports, from real processes.
+func writeDirectory(w io.Writer, rs []MeshResult) error {
+	fmt.Fprintln(w, "\ndirectory: what each mesh run's etcddir cost etcd, every process learning every other's address (d = N-1)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "N\tmode\tetcd events sent\tkeys delivered\tevent bytes\tetcd bytes sent\trequests\trange requests\tfetches\treloads\tetcd process CPU s\t")
+	for _, r := range rs {
+		etcdEvents, etcdBytes, etcdCPU := "-", "-", "-"
+		if r.EtcdErr == "" {
+			etcdEvents, etcdBytes, etcdCPU = fmt.Sprintf("%.0f", r.Etcd.EventsSent), fmt.Sprintf("%.0f", r.Etcd.SentBytes), fmt.Sprintf("%.2f", r.Etcd.CPUSeconds)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t\n", r.Processes, r.DirMode, etcdEvents, r.Dir.Events+r.Dir.KeysLoaded,
+			r.Dir.EventBytes, etcdBytes, r.Dir.Requests(), r.Dir.Ranges, r.Dir.Fetches, r.Dir.Reloads, etcdCPU)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, "etcd events, bytes sent, process CPU: etcd's metrics, from before the processes started to every message delivered "+
+		"(with the embedded etcd, the CPU is epmesh's own process: etcd and the parent); the rest: the children's etcddir Counters, summed.")
 	return err
 }
 

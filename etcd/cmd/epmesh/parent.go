@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -182,6 +183,7 @@ type procSet struct {
 	n      int
 	procs  []*proc // by id
 	forget bool    // the children can make tcp.Peer forget a remembered failure
+	mode   string  // the children's etcddir mode
 }
 
 // env is what every run of the command shares: the binary to start as a
@@ -191,8 +193,11 @@ type env struct {
 	self      string
 	endpoints []string
 	stderr    io.Writer
-	mu        sync.Mutex
-	runs      int
+	// dirMode is the etcddir mode of the runs: set by measure before each
+	// run (runs are one after the other); "" is mirror.
+	dirMode string
+	mu      sync.Mutex
+	runs    int
 }
 
 // start starts n children for a run of scenario, each with its own
@@ -202,9 +207,9 @@ type env struct {
 func (e *env) start(ctx context.Context, scenario string, n, victim int) (*procSet, error) {
 	e.mu.Lock()
 	e.runs++
-	prefix := fmt.Sprintf("%s%s-%d-n%d/", e.o.prefix, scenario, e.runs, n)
+	prefix := fmt.Sprintf("%s%s-%d-n%d-%s/", e.o.prefix, scenario, e.runs, n, cmp.Or(e.dirMode, "mirror"))
 	e.mu.Unlock()
-	s := &procSet{env: e, prefix: prefix, n: n, procs: make([]*proc, n)}
+	s := &procSet{env: e, prefix: prefix, n: n, procs: make([]*proc, n), mode: cmp.Or(e.dirMode, "mirror")}
 	errs := make([]error, n)
 	forget := make([]bool, n)
 	var wg sync.WaitGroup
@@ -234,7 +239,7 @@ func (s *procSet) args(id int) initArgs {
 	if ttl == 0 {
 		ttl = o.ttl
 	}
-	return initArgs{Endpoints: s.env.endpoints, Prefix: s.prefix, ID: id, N: s.n, TTL: ttl, ErrorTTL: o.errorTTL, StepTimeout: o.stepTimeout}
+	return initArgs{Endpoints: s.env.endpoints, Prefix: s.prefix, ID: id, N: s.n, TTL: ttl, ErrorTTL: o.errorTTL, StepTimeout: o.stepTimeout, DirMode: s.mode}
 }
 
 // respawn starts a new process for id, in place of one that died; the run

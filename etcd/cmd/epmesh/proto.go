@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/epcache/epcache/bench"
+	"github.com/epcache/epcache/etcd/etcddir"
 	"github.com/epcache/epcache/transport/tcp"
 )
 
@@ -76,6 +77,8 @@ type initArgs struct {
 	// StepTimeout is etcddir's Options.Timeout and tcp's CreateTimeout and
 	// HandshakeTimeout; 0: their defaults.
 	StepTimeout time.Duration `json:"step_timeout,omitempty"`
+	// DirMode is etcddir's mode: "mirror" or "ondemand".
+	DirMode string `json:"dir_mode"`
 }
 
 // reply answers a request; Data is the operation's reply, Err says why it
@@ -117,10 +120,12 @@ type awaitReply struct {
 }
 
 type statsReply struct {
-	Stats     tcp.Stats `json:"stats"`
-	Sockets   []socket  `json:"sockets"`
-	SocketsOK bool      `json:"sockets_ok"` // /proc listed them
-	FDs       int       `json:"fds"`
+	Stats tcp.Stats `json:"stats"`
+	// Dir is the counters of the child's directory of tcp.Peer addresses.
+	Dir       etcddir.Counters `json:"dir"`
+	Sockets   []socket         `json:"sockets"`
+	SocketsOK bool             `json:"sockets_ok"` // /proc listed them
+	FDs       int              `json:"fds"`
 }
 
 type hammerReply struct {
