@@ -65,6 +65,12 @@ results-grpc: ## the gRPC pool against Grafana dskit's ring client pool, seven s
 	cd transport/grpcpool/dskitbench && GOWORK=off $(GO) test -race -count=1 ./...
 	cd transport/grpcpool/dskitbench && GOWORK=off $(GO) run ./cmd/grpcbench -out $(CURDIR)/$(RESULTS)/grpcpool
 
+.PHONY: results-directory
+results-directory: ## what the etcd directory costs etcd as the job grows (dirscale, N up to 1,024, both modes and the fence; about 3 minutes) and epmesh with real processes, into results/directory
+	cd etcd && GOWORK=off $(GO) run ./cmd/dirscale -out $(CURDIR)/$(RESULTS)/directory
+	{ echo "command: make results-directory (cd etcd && GOWORK=off go run ./cmd/epmesh -n 8,32,64 -dir mirror,ondemand -scenario mesh)"; \
+	  cd etcd && GOWORK=off $(GO) run ./cmd/epmesh -n 8,32,64 -dir mirror,ondemand -scenario mesh -out $(CURDIR)/$(RESULTS)/directory/epmesh.json; } > $(RESULTS)/directory/epmesh.txt
+
 .PHONY: debugpage-png
 debugpage-png: ## results/debugpage.png: the debug page of a cache in every state, drawn by headless Chromium
 	EPBENCH_SCREENSHOT=$(CURDIR)/$(RESULTS) $(GO) test -count=1 -run TestDebugPageInBrowser ./cmd/epbench
