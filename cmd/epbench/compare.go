@@ -25,7 +25,7 @@ var references = map[string][]string{
 	"mixed": {"syncmap"},
 	"lease": {"pool"},
 	// hotset: time per operation under the cap against otter's, which
-	// overshoots it (issue 12: throughput at least otter's).
+	// overshoots it: epcache, which holds its cap, must still keep up.
 	"hotset": {"otter"},
 	// tcpstorm is compared only with a modelled round trip (see
 	// compared): on bare loopback its times swing with the scheduler, and
@@ -58,7 +58,7 @@ type comparison struct {
 }
 
 // hitPoints is how far epcache's hit ratio may fall below a reference's in
-// a workload under a cap (issue 12: hotset's within 2 points of otter's).
+// a workload under a cap (hotset's: otter's).
 // It is checked against this run's reference, not against the baseline: a
 // hit ratio is the eviction policy's, not the machine's, and holds from run
 // to run within about a point (epcache 60.2 to 60.8%, otter 59.5 to 61.2%

@@ -47,12 +47,12 @@
 // processes against one etcd: Mirror's events grow as N² (slope 2.00,
 // 1,048,576 at N = 1,024, 7.8 s of etcd CPU); OnDemand's, for processes
 // that use two peers each, as N (slope 1.00, 0.8 s); OnDemand where every
-// process uses every other makes N² reads instead (71 s); the fence with
+// process uses every other makes N² reads instead (69 s); the fence with
 // Prefetch makes O(N) requests and events, but still delivers the N²
 // addresses full modex needs (2.2 s). Mirror stays the default: up to
-// about 128 processes it costs etcd at most 0.06 s of CPU more per job
-// start than the cheapest mode (0.15 s at 128, the two-peer OnDemand
-// 0.09 s), it answers Lookup of every peer at once and follows every
+// about 128 processes it costs etcd at most 0.05 s of CPU more per job
+// start than the cheapest mode (0.12 s at 128, the two-peer OnDemand
+// 0.07 s), it answers Lookup of every peer at once and follows every
 // peer's life; and where every process uses every peer it costs etcd less
 // than OnDemand's fetch of each peer at every N measured (up to 1,024).
 // Choose OnDemand above about 128 processes where each talks to few

@@ -49,7 +49,7 @@ func (d *Directory) oldRange() (start, end string) {
 }
 
 // oldKey returns the key under which an etcddir of the old format (before
-// issue 29) published peer.
+// format v2) published peer.
 func (d *Directory) oldKey(peer int) string { return d.opts.Prefix + strconv.Itoa(peer) }
 
 // keyKind classifies a key under the prefix.

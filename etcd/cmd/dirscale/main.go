@@ -56,6 +56,7 @@ type options struct {
 	out         string
 	timeout     time.Duration
 	concurrency int
+	coalesce    int
 	command     string // as the user typed it, for the results
 }
 
@@ -70,6 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.out, "out", "", "also write results.txt and results.json to this directory")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound on each run (one mode, one N): a run past it fails")
 	fs.IntVar(&o.concurrency, "concurrency", 64, "processes opening their directory or publishing at once")
+	fs.IntVar(&o.coalesce, "coalesce", 64, "peers that 2 layers × 64 goroutines of one process ask for at once, an eighth of them not yet published, counting what etcd is asked (0: skip)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: dirscale [flags]\n\nSimulates jobs of N processes against one etcd and counts what each directory mode costs etcd.\n\nFlags:")
 		fs.PrintDefaults()
@@ -89,6 +91,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, cmdmain.Usage(fmt.Errorf("-timeout %v: want a positive duration", o.timeout))
 	case o.concurrency < 1:
 		return o, cmdmain.Usage(fmt.Errorf("-concurrency %d: want at least 1", o.concurrency))
+	case o.coalesce < 0:
+		return o, cmdmain.Usage(fmt.Errorf("-coalesce %d: want 0 (skip) or more peers", o.coalesce))
 	}
 	o.command = "dirscale " + strings.Join(args, " ")
 	return o, nil
@@ -120,6 +124,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			rep.Runs = append(rep.Runs, r)
 			fmt.Fprintf(stderr, "dirscale: %s, N=%d: %v, %.0f events, etcd %.2fs CPU\n", m, n, time.Since(t0).Round(time.Millisecond), r.Etcd.EventsSent, r.EtcdCPU)
+		}
+	}
+	if o.coalesce > 0 {
+		fmt.Fprintf(stderr, "dirscale: coalescing, %d peers ...\n", o.coalesce)
+		rctx, cancel := context.WithTimeout(ctx, o.timeout)
+		c, err := coalesce(rctx, self, o.coalesce, o.coalesce-o.coalesce/8, 2, 64)
+		cancel()
+		if err != nil {
+			failed = fmt.Errorf("coalescing: %w", err)
+			rep.Failures = append(rep.Failures, failed.Error())
+		} else {
+			rep.Coalescing = &c
 		}
 	}
 	rep.fit()

@@ -31,7 +31,7 @@ func TestRunTiny(t *testing.T) {
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	if err := run(ctx, []string{"-n", "3,5", "-out", dir}, &out, &errb); err != nil {
+	if err := run(ctx, []string{"-n", "3,5", "-coalesce", "8", "-out", dir}, &out, &errb); err != nil {
 		t.Fatalf("%v\n%s\n%s", err, out.String(), errb.String())
 	}
 	t.Log("\n" + out.String())
@@ -89,6 +89,13 @@ func TestRunTiny(t *testing.T) {
 	}
 	if s, ok := rep.slope("ring", "etcd events sent"); !ok || s < 0.99 || s > 1.01 {
 		t.Errorf("ring's events slope %.3f (%v); want 1", s, ok)
+	}
+	// However many ask at once, one read per peer, and one watch per peer
+	// that had not published.
+	if c := rep.Coalescing; c == nil {
+		t.Error("no coalescing measured")
+	} else if c.Asks != 8*2*64 || c.Fetches != 8 || c.Ranges != 8 || c.Watches != 1 {
+		t.Errorf("coalescing: %+v; want 1024 answers, 8 fetches, 8 range requests, 1 watch", *c)
 	}
 	txt, err := os.ReadFile(filepath.Join(dir, "results.txt"))
 	if err != nil || !strings.Contains(string(txt), "PROJECTION, not measured") || !strings.Contains(string(txt), "machine: ") {

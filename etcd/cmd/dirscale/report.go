@@ -23,6 +23,7 @@ type Report struct {
 	Runs        []Run        `json:"runs"`
 	Fits        []Fit        `json:"fits"`
 	Projections []Projection `json:"projections"`
+	Coalescing  *Coalescing  `json:"coalescing,omitempty"`
 	Failures    []string     `json:"failures,omitempty"`
 }
 
@@ -211,6 +212,13 @@ func writeText(w io.Writer, rep *Report) error {
 	fmt.Fprintln(w, "leases a second): 10 s at 10,000, 100 s at 100,000 (also a projection).")
 	fmt.Fprintln(w, "Reloads: no run lost a watch (0 above). A mirror that does reads the prefix again, N keys in N/PageSize requests:")
 	fmt.Fprintln(w, "a compaction past every mirror's watch costs a job N² keys at once; not measured here.")
+	if c := rep.Coalescing; c != nil {
+		fmt.Fprintf(w, "\nCoalescing, OnDemand: %d goroutines in each of %d layers of one process (one calls Resolve, the other Lookup\n", c.PerLayer, c.Layers)
+		fmt.Fprintf(w, "and then Resolve) ask for each of %d peers, all at once; peers that publish only while their askers wait: %d.\n", c.Peers, c.Peers-c.Published)
+		fmt.Fprintf(w, "  answers %d (every one checked), Resolve calls %d, fetches %d, range requests %d, watches %d:\n", c.Asks, c.Resolves, c.Fetches, c.Ranges, c.Watches)
+		fmt.Fprintf(w, "  %.2f range requests per distinct peer asked for, %.2f watches per peer not yet published (etcd counted %.0f ranges, with the publisher's)\n",
+			float64(c.Ranges)/float64(c.Peers), float64(c.Watches)/float64(max(c.Peers-c.Published, 1)), c.Etcd.Ranges)
+	}
 	for _, f := range rep.Failures {
 		fmt.Fprintf(w, "\nFAILED: %s\n", f)
 	}

@@ -114,7 +114,7 @@ func simulate(ctx context.Context, self, mode string, n, concurrency int) (Run, 
 		coord.Go(func() { _, coordErr = dirs[0].CoordinateFence(ctx) })
 	}
 	if err := each(n, concurrency, func(i int) error {
-		return dirs[i].Publish(i, fmt.Sprintf("10.%d.%d.%d:7000", i>>16&255, i>>8&255, i&255))
+		return dirs[i].Publish(i, addrOf(i))
 	}); err != nil {
 		return r, err
 	}
@@ -216,7 +216,7 @@ func use(ctx context.Context, mode string, d *etcddir.Directory, i, n int) error
 		if err != nil {
 			return fmt.Errorf("process %d: %w", i, err)
 		}
-		if want := fmt.Sprintf("10.%d.%d.%d:7000", p>>16&255, p>>8&255, p&255); addr != want {
+		if want := addrOf(p); addr != want {
 			return fmt.Errorf("process %d: peer %d's address %q; want %q", i, p, addr, want)
 		}
 	}
