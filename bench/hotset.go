@@ -45,28 +45,31 @@ func hotset[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 			// Each goroutine draws its own sequence, before any clock
 			// starts, with a generator of its own.
 			seq := hotsetSequence(s, uint64(g))
-			t := tally{hist: newHist()}
-			var (
+			// What the goroutine writes on every operation, in one
+			// allocation padded off its neighbours' (see steadyWorker).
+			w := &struct {
+				t      tally
 				expect int
 				bad    bool
-			)
+				_      [128]byte
+			}{t: tally{hist: newHist()}}
 			check := func(ep *Endpoint) {
 				useBriefly(ep)
-				bad = ep.Peer != expect
+				w.bad = ep.Peer != w.expect
 			}
 			op := func(i int) {
 				p := seq[i&SeqMask]
 				key := ks.keys[p]
-				expect, bad = int(p), false
+				w.expect, w.bad = int(p), false
 				if leaser != nil {
-					bad = leaser.Lease(gctx, key, check) != nil || bad
+					w.bad = leaser.Lease(gctx, key, check) != nil || w.bad
 				} else if ep, err := c.Get(gctx, key); err != nil {
-					bad = true
+					w.bad = true
 				} else {
 					check(ep)
 				}
-				if bad {
-					t.errors++
+				if w.bad {
+					w.t.errors++
 				}
 			}
 			ready.Done()
@@ -81,13 +84,13 @@ func hotset[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 			for i := warm; ; i++ {
 				t0 := time.Now()
 				op(i)
-				t.hist.RecordValue(int64(time.Since(t0)))
-				t.ops++
+				w.t.hist.RecordValue(int64(time.Since(t0)))
+				w.t.ops++
 				if stop.Load() {
 					break
 				}
 			}
-			tallies[g] = t
+			tallies[g] = w.t
 		})
 	}
 	ready.Wait()

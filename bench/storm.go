@@ -48,10 +48,13 @@ type gang struct {
 	next        int // the recorder of the next goroutine Go starts
 }
 
-// recorder is one goroutine's part of a storm.
+// recorder is one goroutine's part of a storm. The recorders lie side by
+// side in one slice and each is written on every Get: the pad keeps
+// neighbours off each other's cache lines.
 type recorder struct {
 	latencies []int64 // ns, one per Get, preallocated
 	errors    uint64
+	_         [128 - 32]byte
 }
 
 func (r *recorder) record(d time.Duration, failed bool) {
