@@ -77,12 +77,16 @@ func FanOut(cfg FanOutConfig) (*Table, error) {
 		t.Data["epcache warm"] = map[string]float64{"warm_ms": msf(warm)}
 	}
 	type variant struct {
-		name  string
-		ready bool
+		name        string
+		ready, warm bool
 	}
 	for _, withSilent := range []bool{false, true} {
-		for _, v := range []variant{{"no pool (a lazy ClientConn per address)", false}, {"epcache", true}, {"dskit (lazy client)", false}, {"dskit (factory waits Ready)", true}} {
-			r, err := runFanOut(cfg, v.name, v.ready, withSilent)
+		variants := []variant{{"no pool (a lazy ClientConn per address)", false, false}, {"epcache", true, false}, {"dskit (lazy client)", false, false}, {"dskit (factory waits Ready)", true, false}}
+		if !withSilent {
+			variants = append(variants, variant{warmedName, true, true})
+		}
+		for _, v := range variants {
+			r, err := runFanOut(cfg, v.name, v.ready, v.warm, withSilent)
 			if err != nil {
 				return nil, err
 			}
@@ -105,6 +109,7 @@ func FanOut(cfg FanOutConfig) (*Table, error) {
 		}
 	}
 	t.note("each call is bounded by %v from the start of its fan-out (dskit's GetClientFor takes no context: a caller waits for its lock, then calls with what is left); a good address never served had every call to it time out", cfg.CallTimeout)
+	t.note("'%s': the same fan-out after Warm made every connection Ready, clock started then: the calls alone, the floor this machine puts under the cold fan-out's calls", warmedName)
 	t.note("dials/addr counts TCP connects per good address; 'dskit (lazy client)' is dskit as Mimir uses it (grpc.NewClient, the first call connects); 'factory waits Ready' gives dskit grpcpool's dial policy, under dskit's write lock")
 	return t, nil
 }
@@ -115,7 +120,12 @@ type fanOutResult struct {
 	silentErr                            string
 }
 
-func runFanOut(cfg FanOutConfig, name string, ready, withSilent bool) (r fanOutResult, err error) {
+// warmedName is the fan-out on connections epcache's Warm made first.
+const warmedName = "epcache, warmed first (calls alone)"
+
+// runFanOut runs one fan-out. With warm, the pool (epcache's) makes every
+// good address's connection Ready before the clock starts.
+func runFanOut(cfg FanOutConfig, name string, ready, warm, withSilent bool) (r fanOutResult, err error) {
 	servers, err := StartServers(cfg.Servers, cfg.RTT)
 	if err != nil {
 		return r, err
@@ -139,7 +149,7 @@ func runFanOut(cfg FanOutConfig, name string, ready, withSilent bool) (r fanOutR
 	}
 	var p Pool
 	switch {
-	case name == "epcache":
+	case strings.HasPrefix(name, "epcache"):
 		p, err = NewEpcache(o)
 	case strings.HasPrefix(name, "no pool"):
 		p, err = newNoPool(targets, d)
@@ -148,6 +158,17 @@ func runFanOut(cfg FanOutConfig, name string, ready, withSilent bool) (r fanOutR
 	}
 	if err != nil {
 		return r, err
+	}
+	if warm {
+		w, ok := p.(interface {
+			Warm(context.Context, ...string) error
+		})
+		if !ok {
+			return r, fmt.Errorf("%s: the pool cannot be warmed", name)
+		}
+		if err := w.Warm(context.Background(), addrs...); err != nil {
+			return r, fmt.Errorf("%s: %w", name, err)
+		}
 	}
 	first := make([]time.Duration, len(addrs))
 	var mu sync.Mutex
