@@ -4,13 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"slices"
-	"strings"
-	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/epcache/epcache/epcache"
+	"github.com/epcache/epcache/internal/registry"
 	"github.com/epcache/epcache/transport/tcp"
 )
 
@@ -34,15 +31,13 @@ var (
 // Registering and removing take a mutex that a request holds only to copy
 // the list of sources: a request walking a million peers delays neither.
 type Handler struct {
-	mu      sync.Mutex
-	sources map[string]*source
-	owners  map[any]string // each registered cache or tcp peer → its name: one name each
+	sources registry.Registry[*source]
 }
 
 // New returns a handler with no source: its page says so.
-func New() *Handler {
-	return &Handler{sources: map[string]*source{}, owners: map[any]string{}}
-}
+func New() *Handler { return &Handler{} }
+
+var errs = registry.Errors{BadName: ErrBadName, NameTaken: ErrNameTaken, AlreadyAdded: ErrAlreadyAdded}
 
 // source is one registered name, immutable once registered: the page shows
 // whichever of stats, peers and counters it has.
@@ -113,57 +108,14 @@ func (h *Handler) AddCounters(name string, counters func() map[string]float64) e
 // Remove unregisters the source called name, reporting whether there was
 // one. A request under way may still show it.
 func (h *Handler) Remove(name string) bool {
-	if h == nil {
-		return false
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	s, ok := h.sources[name]
-	if !ok {
-		return false
-	}
-	delete(h.sources, name)
-	if s.owner != nil {
-		delete(h.owners, s.owner)
-	}
-	return true
+	return h != nil && h.sources.Remove(name)
 }
 
 func (h *Handler) add(s *source) error {
-	switch {
-	case h == nil:
+	if h == nil {
 		return fmt.Errorf("%w Handler: make one with debugpage.New", ErrNil)
-	case s.name == "" || !utf8.ValidString(s.name):
-		return fmt.Errorf("%w; got %q", ErrBadName, s.name)
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.sources == nil { // a zero Handler
-		h.sources, h.owners = map[string]*source{}, map[any]string{}
-	}
-	if _, taken := h.sources[s.name]; taken {
-		return fmt.Errorf("%w: %q", ErrNameTaken, s.name)
-	}
-	if s.owner != nil {
-		if other, ok := h.owners[s.owner]; ok {
-			return fmt.Errorf("%w as %q; not added as %q", ErrAlreadyAdded, other, s.name)
-		}
-		h.owners[s.owner] = s.name
-	}
-	h.sources[s.name] = s
-	return nil
-}
-
-// snapshot returns the sources, in name order.
-func (h *Handler) snapshot() []*source {
-	h.mu.Lock()
-	all := make([]*source, 0, len(h.sources))
-	for _, s := range h.sources {
-		all = append(all, s)
-	}
-	h.mu.Unlock()
-	slices.SortFunc(all, func(a, b *source) int { return strings.Compare(a.name, b.name) })
-	return all
+	return h.sources.Add(s.name, s.owner, s, errs)
 }
 
 // tcpCounters returns every number of st but the cache's (shown as its

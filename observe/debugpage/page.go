@@ -103,7 +103,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	sources := h.snapshot()
+	sources := h.sources.All()
 	if q.cache != "" {
 		i := slices.IndexFunc(sources, func(s *source) bool { return s.name == q.cache })
 		if i < 0 {

@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
-	"strings"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/epcache/epcache/epcache"
+	"github.com/epcache/epcache/internal/registry"
 	"github.com/epcache/epcache/transport/tcp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -47,9 +45,10 @@ type Metrics struct {
 	inst instruments
 	reg  metric.Registration
 
-	mu      sync.Mutex
-	sources map[string]*source
-	owners  map[any]string // each registered cache or tcp peer → its name
+	mu   sync.Mutex // guards reg
+	made bool       // by New: a zero Metrics has no instruments
+
+	sources registry.Registry[*source]
 }
 
 // source is one registered name, immutable once registered.
@@ -68,7 +67,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 	if meter == nil {
 		return nil, fmt.Errorf("%w meter", ErrNil)
 	}
-	m := &Metrics{sources: map[string]*source{}, owners: map[any]string{}}
+	m := &Metrics{made: true}
 	observables, err := m.inst.create(meter)
 	if err != nil {
 		return nil, err
@@ -134,67 +133,26 @@ func (m *Metrics) AddTCP(name string, p *tcp.Peer) error {
 // Remove unregisters the cache called name, reporting whether there was
 // one. A collection under way may still observe it.
 func (m *Metrics) Remove(name string) bool {
-	if m == nil {
-		return false
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s, ok := m.sources[name]
-	if !ok {
-		return false
-	}
-	delete(m.sources, name)
-	if s.owner != nil {
-		delete(m.owners, s.owner)
-	}
-	return true
+	return m != nil && m.sources.Remove(name)
 }
 
+var errs = registry.Errors{BadName: ErrBadName, NameTaken: ErrNameTaken, AlreadyAdded: ErrAlreadyAdded}
+
 func (m *Metrics) add(name string, owner any, read func() (epcache.Stats, *tcp.Stats)) error {
-	switch {
-	case m == nil:
+	if m == nil || !m.made {
 		return fmt.Errorf("%w Metrics: make one with epotel.New", ErrNil)
-	case name == "" || !utf8.ValidString(name):
-		return fmt.Errorf("%w; got %q", ErrBadName, name)
 	}
 	s := &source{name: name, owner: owner, read: read, attrs: metric.WithAttributeSet(attribute.NewSet(CacheName.String(name)))}
 	for o := range epcache.NumOutcomes {
 		s.outcomes[o] = metric.WithAttributeSet(attribute.NewSet(CacheName.String(name), CreateOutcome.String(o.String())))
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.sources == nil {
-		return fmt.Errorf("%w Metrics: make one with epotel.New", ErrNil)
-	}
-	if _, taken := m.sources[name]; taken {
-		return fmt.Errorf("%w: %q", ErrNameTaken, name)
-	}
-	if owner != nil {
-		if other, ok := m.owners[owner]; ok {
-			return fmt.Errorf("%w as %q; not added as %q", ErrAlreadyAdded, other, name)
-		}
-		m.owners[owner] = name
-	}
-	m.sources[name] = s
-	return nil
-}
-
-// snapshot returns the sources, in name order.
-func (m *Metrics) snapshot() []*source {
-	m.mu.Lock()
-	all := make([]*source, 0, len(m.sources))
-	for _, s := range m.sources {
-		all = append(all, s)
-	}
-	m.mu.Unlock()
-	slices.SortFunc(all, func(a, b *source) int { return strings.Compare(a.name, b.name) })
-	return all
+	return m.sources.Add(name, owner, s, errs)
 }
 
 // observe is the callback: every instrument, for every source.
 func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
 	var errs []error
-	for _, s := range m.snapshot() {
+	for _, s := range m.sources.All() {
 		if err := m.inst.observe(o, s); err != nil {
 			errs = append(errs, err)
 		}

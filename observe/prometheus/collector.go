@@ -3,12 +3,9 @@ package epprom
 import (
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
-	"sync"
-	"unicode/utf8"
 
 	"github.com/epcache/epcache/epcache"
+	"github.com/epcache/epcache/internal/registry"
 	"github.com/epcache/epcache/transport/tcp"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -34,9 +31,7 @@ var (
 // metrics. To add labels of your own to every metric, register it with
 // prometheus.WrapRegistererWith.
 type Collector struct {
-	mu      sync.Mutex
-	sources map[string]*source
-	owners  map[any]string // each registered cache or tcp peer → its name
+	sources registry.Registry[*source]
 }
 
 // source is one registered name, immutable once registered.
@@ -51,7 +46,7 @@ type source struct {
 // New returns a collector with no cache: it describes every metric and
 // collects none until one is added.
 func New() *Collector {
-	return &Collector{sources: map[string]*source{}, owners: map[any]string{}}
+	return &Collector{}
 }
 
 // Add registers cache under name: its figures are collected with the label
@@ -93,57 +88,16 @@ func (col *Collector) AddTCP(name string, p *tcp.Peer) error {
 // one. Its series end with the next scrape; a scrape under way may still
 // collect it.
 func (col *Collector) Remove(name string) bool {
-	if col == nil {
-		return false
-	}
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	s, ok := col.sources[name]
-	if !ok {
-		return false
-	}
-	delete(col.sources, name)
-	if s.owner != nil {
-		delete(col.owners, s.owner)
-	}
-	return true
+	return col != nil && col.sources.Remove(name)
 }
+
+var errs = registry.Errors{BadName: ErrBadName, NameTaken: ErrNameTaken, AlreadyAdded: ErrAlreadyAdded}
 
 func (col *Collector) add(s *source) error {
-	switch {
-	case col == nil:
+	if col == nil {
 		return fmt.Errorf("%w Collector: make one with epprom.New", ErrNil)
-	case s.name == "" || !utf8.ValidString(s.name):
-		return fmt.Errorf("%w; got %q", ErrBadName, s.name)
 	}
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	if col.sources == nil { // a zero Collector
-		col.sources, col.owners = map[string]*source{}, map[any]string{}
-	}
-	if _, taken := col.sources[s.name]; taken {
-		return fmt.Errorf("%w: %q", ErrNameTaken, s.name)
-	}
-	if s.owner != nil {
-		if other, ok := col.owners[s.owner]; ok {
-			return fmt.Errorf("%w as %q; not added as %q", ErrAlreadyAdded, other, s.name)
-		}
-		col.owners[s.owner] = s.name
-	}
-	col.sources[s.name] = s
-	return nil
-}
-
-// snapshot returns the sources, in name order.
-func (col *Collector) snapshot() []*source {
-	col.mu.Lock()
-	all := make([]*source, 0, len(col.sources))
-	for _, s := range col.sources {
-		all = append(all, s)
-	}
-	col.mu.Unlock()
-	slices.SortFunc(all, func(a, b *source) int { return strings.Compare(a.name, b.name) })
-	return all
+	return col.sources.Add(s.name, s.owner, s, errs)
 }
 
 // Describe sends the descriptor of every metric the collector may collect,
@@ -168,7 +122,7 @@ func (col *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect sends the figures of every cache registered, read once each.
 func (col *Collector) Collect(ch chan<- prometheus.Metric) {
-	for _, s := range col.snapshot() {
+	for _, s := range col.sources.All() {
 		s.collect(ch)
 	}
 }
