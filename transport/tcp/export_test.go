@@ -70,3 +70,6 @@ func Writing(p *Peer, r int) bool {
 	c, ok := p.cache.Load(r)
 	return ok && c.writing.Load() != 0
 }
+
+// RemoteShut is remoteShut, for BenchmarkRemoteShut.
+var RemoteShut = remoteShut
