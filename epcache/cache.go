@@ -533,8 +533,9 @@ func (c *Cache[K, V]) releaseAll(values []held[K, V], done chan struct{}) {
 
 // Forget drops key's remembered failure (see Config.ErrorTTL), so that the
 // next Get creates at once: for a peer known to be back before the TTL
-// ends. It reports whether there was one to drop. A ready value, a creation
-// in flight, and a timed-out creation still running are left alone.
+// ends. It reports whether there was one to drop: a failure whose ErrorTTL
+// has not passed. A ready value, a creation in flight, and a timed-out
+// creation still running are left alone.
 func (c *Cache[K, V]) Forget(key K) bool {
 	s := c.table.Lookup(key)
 	return s != nil && s.Forget(s.State())

@@ -458,12 +458,16 @@ func (s *Slot[K, V]) ClearStraggler(old *State[V]) bool {
 	return old.Status() == Straggling && old.flight.Finished() && s.state.CompareAndSwap(old, nil)
 }
 
-// Forget moves a slot from old, a remembered failure (Failed, non-zero
-// Until), to Empty, so that the next caller creates at once. It reports
-// whether the slot still held old. A timed-out creation that is still running
-// (zero Until) cannot be forgotten: that would let a second one start.
+// Forget moves a slot from old, a remembered failure still in force
+// (Failed, Until not yet passed), to Empty, so that the next caller creates
+// at once. It reports whether it did: not if the slot no longer held old,
+// nor for a failure whose Until has passed, which answers nobody any more
+// (the next caller creates anyway, and a rebuild may drop the slot at any
+// time: reporting it would depend on when one ran). A timed-out creation
+// that is still running (zero Until) cannot be forgotten: that would let a
+// second one start.
 func (s *Slot[K, V]) Forget(old *State[V]) bool {
-	if old.Status() != Failed || old.flight.until.IsZero() {
+	if old.Status() != Failed || old.flight.until.IsZero() || old.expired(time.Now()) {
 		return false
 	}
 	return s.state.CompareAndSwap(old, nil)

@@ -475,3 +475,18 @@ func TestStringKeysCompareByContent(t *testing.T) {
 		assert.Error(t, err, "%q is not a stored key", k)
 	}
 }
+
+// An expired failure answers nobody: Forget leaves it and reports false,
+// as it would once a rebuild had dropped the slot, so that what Forget
+// reports does not depend on when a rebuild ran.
+func TestForgetOfAnExpiredFailure(t *testing.T) {
+	tb := newTable[string, int](t, shard.Options[string]{})
+	s := tb.LoadOrInsert("peer")
+	claim, _, ok := s.Claim(nil, nil)
+	require.True(t, ok)
+	expired := shard.NewFailure[int](errors.New("boom"), time.Now().Add(-time.Nanosecond))
+	require.True(t, s.Settle(claim, expired))
+	assert.False(t, s.Forget(expired), "an expired failure is not forgotten")
+	_, _, ok = s.Claim(expired, nil)
+	assert.True(t, ok, "the next caller creates, as if it had been")
+}
