@@ -264,7 +264,7 @@ func (p *Pool) Warm(ctx context.Context, addrs ...string) error {
 }
 
 // Forget drops addr's remembered dial failure (ErrorTTL), so that the next
-// Do dials at once; it reports whether there was one.
+// Do dials at once; it reports whether there was one still in force.
 func (p *Pool) Forget(addr string) bool {
 	return p.cache.Forget(addr)
 }
