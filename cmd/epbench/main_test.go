@@ -428,12 +428,14 @@ func TestCompareHoldsTheHotPeerLeaseScaling(t *testing.T) {
 	require.NoError(t, compare(&out, path, now, 2), "a slower machine keeps the scaling")
 	assert.Regexp(t, `Lease/impl=epcache/\S+ procs=2÷1 +0\.562 +0\.625`, out.String())
 
-	worse := []bench.Result{hot("epcache", 1, 16), hot("epcache", 2, 19), hot("pool", 1, 30), hot("pool", 2, 45)}
+	// A lease whose cores write one line: two cores 1.9x one (the limit,
+	// with the hot peer's swing, is 1.69).
+	worse := []bench.Result{hot("epcache", 1, 16), hot("epcache", 2, 30), hot("pool", 1, 30), hot("pool", 2, 45)}
 	c, err := loadComparison(path, worse, 2)
 	require.NoError(t, err)
 	err = c.write(&bytes.Buffer{})
 	require.Error(t, err, "two cores slower than one, where the baseline's were faster")
-	assert.Contains(t, err.Error(), "procs=2÷1: 1.188, baseline 0.562")
+	assert.Contains(t, err.Error(), "procs=2÷1: 1.875, baseline 0.562")
 	var rerun []string
 	for _, s := range c.worseSpecs([]bench.Spec{worse[0].Spec, worse[1].Spec, worse[2].Spec}) {
 		rerun = append(rerun, fmt.Sprintf("%s@%d", s.Impl, s.Procs))
