@@ -360,7 +360,11 @@ func (c *conn) shutdown() {
 			case <-c.readDone:
 			case <-p.done:
 			case <-t.C:
-				if n := c.rx.Load(); n != seen {
+				// Silent means no byte read and none waiting to be: a
+				// reader that the scheduler kept from running that long
+				// has read nothing, and closing now would discard what
+				// waits in the socket with a reset.
+				if n := c.rx.Load(); n != seen || readable(c.nc, 1) > 0 {
 					seen = n // still sending: wait on
 					t.Reset(p.hsTimeout)
 					continue
