@@ -30,7 +30,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -76,14 +75,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprintln(stderr, "usage: dirscale [flags]\n\nSimulates jobs of N processes against one etcd and counts what each directory mode costs etcd.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, err
-		}
-		return o, cmdmain.Usage(err)
-	}
-	if fs.NArg() > 0 {
-		return o, cmdmain.Usage(fmt.Errorf("unexpected arguments %q", fs.Args()))
+	if err := cmdmain.Parse(fs, args); err != nil {
+		return o, err
 	}
 	o.ns, o.modes = ns.Vals, ms.Vals
 	switch {

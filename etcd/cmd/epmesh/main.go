@@ -137,14 +137,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprintln(stderr, "usage: epmesh [flags]\n\nRuns N processes, each a transport/tcp peer finding the others through etcd, and checks the mesh they make.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, err
-		}
-		return o, cmdmain.Usage(err)
-	}
-	if fs.NArg() > 0 {
-		return o, cmdmain.Usage(fmt.Errorf("unexpected arguments %q", fs.Args()))
+	if err := cmdmain.Parse(fs, args); err != nil {
+		return o, err
 	}
 	o.ns, o.scenarios, o.impls, o.rtts, o.dirModes = ns.Vals, scen.Vals, impls.Vals, rtts.Vals, dirModes.Vals
 	switch {

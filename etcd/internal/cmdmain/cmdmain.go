@@ -53,3 +53,19 @@ func Copy(name, env string, role func(stdin io.Reader, stdout io.Writer) error) 
 	}
 	os.Exit(0)
 }
+
+// Parse parses args with fs, which takes no positional arguments: it
+// returns flag.ErrHelp for -h, and a UsageError for a bad flag or an
+// argument left over.
+func Parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return Usage(err)
+	}
+	if fs.NArg() > 0 {
+		return Usage(fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	return nil
+}
