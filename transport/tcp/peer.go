@@ -407,10 +407,11 @@ func (p *Peer) Addr() string { return p.ln.Addr().String() }
 // or the sender does, and however slowly its receiver calls Recv. Three
 // things lose such a frame: Close of the receiving peer (frames it has not
 // handed to Recv are discarded), a network failure or a process that dies,
-// and, on Linux only in theory, a sending goroutine that stalls between
-// its look and its write for longer than the other end's HandshakeTimeout
-// while the other end, closing the connection, waits that long for a byte
-// and then closes its socket. (Elsewhere than on Linux, Send does not ask
+// and a sending goroutine held back between its look and its write for
+// longer than the other end's HandshakeTimeout while the other end,
+// closing the connection, waits that long for a byte and then closes its
+// socket (rare with the default timeout; seen with one of 50 ms on a
+// two-core machine whose cores two busy loops kept busy). (Elsewhere than on Linux, Send does not ask
 // the kernel whether the other end has closed its side, and relies on the
 // connection's reader having seen the end, which a reader waiting for room
 // in a full inbox has not: a frame written on such a connection, after the
