@@ -178,11 +178,12 @@ func TestNoFrameLost(t *testing.T) {
 		// HandshakeTimeout is what a peer closing a connection waits for
 		// a byte from a silent other end before it closes its socket; a
 		// Send held back longer than that between its look at the
-		// connection and its write loses its frame (see Peer.Send). 50 ms
-		// let a loaded machine do that (3 of 1,004 frames lost, two busy
-		// loops beside the race tests); 5 s is a hang. Handshakes have
-		// that budget too: a Send may fail for a handshake that took
-		// longer, and its frame does not arrive.
+		// connection and its write loses its frame (see Peer.Send), so
+		// it is long enough here that only a hang outlasts it. The close
+		// after silence is TestSlowReceiverKeepsFrames's, whose Sends
+		// start only once the socket is closed. Handshakes have that
+		// budget too: a Send may fail for a handshake that took longer,
+		// and its frame does not arrive.
 		ps[i], err = tcp.Listen(tcp.Config{ID: i, Directory: dir, RecvBuffer: 2, MaxFrame: 1 << 20, MaxConns: 3,
 			HandshakeTimeout: 5 * time.Second, CreateTimeout: patience})
 		require.NoError(t, err)

@@ -410,12 +410,12 @@ func (p *Peer) Addr() string { return p.ln.Addr().String() }
 // and a sending goroutine held back between its look and its write for
 // longer than the other end's HandshakeTimeout while the other end,
 // closing the connection, waits that long for a byte and then closes its
-// socket (rare with the default timeout; seen with one of 50 ms on a
-// two-core machine whose cores two busy loops kept busy). (Elsewhere than on Linux, Send does not ask
-// the kernel whether the other end has closed its side, and relies on the
-// connection's reader having seen the end, which a reader waiting for room
-// in a full inbox has not: a frame written on such a connection, after the
-// other end gave up waiting, is lost.)
+// socket: keep HandshakeTimeout well above the longest a busy machine may
+// hold a runnable goroutine back. (Elsewhere than on Linux, Send does not
+// ask the kernel whether the other end has closed its side, and relies on
+// the connection's reader having seen the end, which a reader waiting for
+// room in a full inbox has not: a frame written on such a connection,
+// after the other end gave up waiting, is lost.)
 //
 // A connection that ends before Send has written a byte on it (the other
 // end closed it, for idleness or to make room, or an earlier write broke
