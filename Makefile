@@ -111,7 +111,7 @@ HITTIME     ?= 200ms
 # every cell's runs over the whole measurement, interleaved with the others'.
 
 .PHONY: bench-hit
-bench-hit: ## the hit path and the lease, epcache called directly beside sync.Map, xsync v3, v4, a mutex pool and a reference count: GOMAXPROCS 1 and 2, 10 interleaved runs, benchstat (about 8 minutes)
+bench-hit: ## the hit path and the lease, epcache called directly beside sync.Map, xsync v3, v4, a mutex pool, a reference count and the floor of a lease (a Get and two compare-and-swaps): GOMAXPROCS 1 and 2, 10 interleaved runs, benchstat (about 8 minutes)
 	: > hit.out
 	for i in $$(seq $(HITCOUNT)); do $(GO) test -run '^$$' -bench 'Benchmark(Hit|Lease)$$' -benchmem -cpu 1,2 -benchtime $(HITTIME) -count 1 ./bench/direct >> hit.out || exit 1; done
 	$(GO) run $(BENCHSTAT) -col /impl hit.out

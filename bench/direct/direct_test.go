@@ -35,8 +35,12 @@ func runHit(b *testing.B, loop func(pb *testing.PB, first int) *endpoint) {
 	b.ReportAllocs()
 	var goroutines atomic.Int64
 	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) { sink.Store(loop(pb, int(goroutines.Add(1)-1)*7919)) })
+	b.RunParallel(func(pb *testing.PB) { sink.Store(loop(pb, int(goroutines.Add(1)-1)*firstStride)) })
 }
+
+// firstStride is how far apart in the keys runHit's goroutines start: first
+// divided by it is the goroutine's index.
+const firstStride = 7919
 
 // peers returns n endpoints, allocated up front so that the heap growth of
 // a fill counts the structure that holds them, not the values.
