@@ -566,6 +566,9 @@ func TestFaultLeases(t *testing.T) {
 									acquired = true
 								})
 								if !acquired {
+									// Only once Close has returned.
+									_, err := c.Get(context.Background(), k)
+									assert.ErrorIs(t, err, epcache.ErrClosed, "an Acquire got Release's panic before Close returned")
 									continue
 								}
 								if err != nil {
