@@ -76,6 +76,8 @@ func New[K comparable, V any](cfg Config[K, V]) (*Cache[K, V], error) {
 		c.sweep = &sweeper{every: max(cfg.IdleTimeout/shard.IdleSteps, 1)}
 	}
 	t.SetMiss(c.getSlow)
+	t.SetLeaseMiss(c.acquireSlow)
+	t.SetOwner(c)
 	return c, nil
 }
 
@@ -304,7 +306,7 @@ func (c *Cache[K, V]) outcome(s *shard.Slot[K, V], f *shard.Flight[V], claimer, 
 	}
 	if claimer {
 		if tk, ok := f.TakeLease(); ok {
-			return v, Lease[K, V]{c, s, tk}, nil
+			return v, Lease[K, V]{s, tk}, nil
 		}
 	}
 	// A waiter, or a claimer whose creation an Offer answered: v is

@@ -168,7 +168,7 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 	}
 	if f.TryResolve() {
 		if err == nil {
-			s.LeaseFor(f) // an Acquire that claimed: leased before anyone can invalidate
+			s.LeaseFor(f, c) // an Acquire that claimed: leased before anyone can invalidate
 			c.publish(s, claim, f, v)
 			return OutcomeValue
 		}
@@ -219,7 +219,7 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 // inside one.
 func (c *Cache[K, V]) publish(s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V], v V) {
 	if c.room != nil {
-		c.room.track(s) // before v can leave the cache, which clears the handle
+		c.room.track(s, c) // before v can leave the cache, which clears the handle
 	}
 	c.table.Publish(s, claim, v)
 	c.stats.of(unsafe.Pointer(s)).ready.Add(1)

@@ -26,8 +26,8 @@ const freshBatch = 64
 // while the cache is not full, it never does.
 //
 // It does not wait for the hand, which an eviction may hold for a while.
-func (r *room[K, V]) track(s *shard.Slot[K, V]) {
-	h := s.Track()
+func (r *room[K, V]) track(s *shard.Slot[K, V], c *Cache[K, V]) {
+	h := s.Track(c)
 	r.recent[r.next.Add(1)%recentValues].Store(h)
 	r.freshMu.Lock()
 	r.fresh = append(r.fresh, h)
@@ -297,7 +297,7 @@ func (c *Cache[K, V]) evictOne() (ok, gaveUp bool) {
 			used, forced = false, true
 		}
 		if s.Leased() > 0 {
-			s.Watch()
+			s.Watch(c)
 			if s.Leased() > 0 {
 				continue // its last lease ends on the slow path, which kicks
 			}
@@ -380,7 +380,7 @@ func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) bool {
 			return true
 		}
 		if p.s.Leased() > 0 {
-			p.s.Watch() // leased as it was being removed: its end kicks
+			p.s.Watch(c) // leased as it was being removed: its end kicks
 		}
 		picks = slices.Delete(picks, i, i+1)
 	}
@@ -408,7 +408,7 @@ func (c *Cache[K, V]) remove(s *shard.Slot[K, V], st *shard.State[V], evicting b
 			// candidate nor watched: tell a waiter for room of it now, or
 			// by the lease's end.
 			if s.Leased() > 0 {
-				s.Watch()
+				s.Watch(c)
 			}
 			c.kick()
 		}

@@ -158,10 +158,12 @@ func TestHitPathMakesNoCalls(t *testing.T) {
 				require.Greater(t, n, 40, "the table's Get disassembled to %d instructions", n)
 				assert.Empty(t, writes, "the table's Get writes memory")
 			}
-			for _, m := range []string{"Get", "Load"} {
+			for _, m := range []string{"Get", "Load", "Acquire"} {
 				assert.Contains(t, string(report), "inlining call to epcache.(*Cache"+shape+")."+m,
 					"Cache.%s no longer inlines into its callers", m)
 			}
+			assert.Contains(t, string(report), "inlining call to epcache.Lease"+shape+".Release",
+				"Lease.Release no longer inlines into its callers")
 			table := "shard.(*Table" + shape + ")."
 			for _, callee := range calls(t, `shard\.\(\*Table`+regexp.QuoteMeta(shape)+`\)\.Get$`) {
 				switch {
@@ -175,18 +177,19 @@ func TestHitPathMakesNoCalls(t *testing.T) {
 					t.Errorf("the table's Get calls %s", callee)
 				}
 			}
-			// A lease: Acquire calls the table's Lease, which probes (a
+			// A lease: Acquire calls the table's Acquire, which probes (a
 			// call) and hashes (a call too, for all but integer keys),
 			// each calling nothing more on a hit, and the lease's Release
-			// calls only its own slow path.
-			for _, callee := range calls(t, `shard\.\(\*Table`+regexp.QuoteMeta(shape)+`\)\.Lease$`) {
+			// inlines, calling only its own slow path.
+			for _, callee := range calls(t, `shard\.\(\*Table`+regexp.QuoteMeta(shape)+`\)\.Acquire$`) {
 				switch callee {
 				case table + "Hash(SB)", table + "locate(SB)":
+				case table + "leaseMissed(SB)": // no value to lease, or a removal raced the lease
 				case "shard.(*Slot" + shape + ").Lease(SB)": // not the first ticket, or no lease table yet
 				case "runtime.procPin(SB)", "runtime.procUnpin(SB)": // a value with lines: the caller's P picks its line
 				case "shard.(*leaseTable).contend(SB)": // another goroutine leased the value last: counted towards lines
 				default:
-					t.Errorf("the table's Lease calls %s", callee)
+					t.Errorf("the table's Acquire calls %s", callee)
 				}
 			}
 			for _, fn := range []string{"locate", "Hash"} {
@@ -199,9 +202,20 @@ func TestHitPathMakesNoCalls(t *testing.T) {
 					}
 				}
 			}
-			for _, callee := range calls(t, `epcache\.Lease`+regexp.QuoteMeta(shape)+`\.Release$`) {
-				if callee != "epcache.Lease"+shape+".release(SB)" { // not the first ticket, or a wanted lease
-					t.Errorf("Lease.Release calls %s", callee)
+			// Acquire and Release inline into the user's code, leaving
+			// the calls to the table's Acquire and to Release's slow path:
+			// the user's function calls nothing else of epcache's.
+			use := `main\.use\[go\.shape\.uint64\]$` // use is generic in K only
+			if str {
+				use = `main\.use\[go\.shape\.string\]$`
+			}
+			for _, callee := range calls(t, use) {
+				switch callee {
+				case table + "Get(SB)", table + "Acquire(SB)":
+				case "epcache.Lease" + shape + ".release(SB)": // a ticket not ended by TryEnd: watched, gone, overflowed, or misuse
+				case "fmt.Fprintln(SB)", "os.Exit(SB)": // the program's own
+				default:
+					t.Errorf("a user of Get, Load, Acquire and Release calls %s", callee)
 				}
 			}
 		})

@@ -13,7 +13,6 @@ import (
 // a small value: copy it freely, but release it exactly once. Its zero value
 // holds nothing.
 type Lease[K comparable, V any] struct {
-	c  *Cache[K, V]
 	s  *shard.Slot[K, V]
 	tk shard.Ticket
 }
@@ -40,15 +39,18 @@ func (l Lease[K, V]) Key() K {
 // Release ends the lease. If the cache has given the value up meanwhile
 // (Invalidate, CompareAndInvalidate, Close) and this was its last lease,
 // Config.Release runs now, on the calling goroutine, before Release returns;
-// a panic in it propagates, as from Invalidate. Releasing the zero Lease, or
-// a lease (or a copy of one) already released, panics with a message that
-// says so: it is a bug that would otherwise release an endpoint still in use
-// or release one twice. A lease's Release takes no lock and allocates
-// nothing.
+// a panic in it propagates, as from Invalidate. Releasing a lease (or a copy
+// of one) already released, or a Lease that Acquire returned with an error,
+// panics with a message that says so: it is a bug that would otherwise
+// release an endpoint still in use or release one twice. Releasing the zero
+// Lease panics with a nil dereference, as a method of a nil pointer does:
+// the check that would name it is what keeps Release small enough to
+// inline. A lease's Release takes no lock and allocates nothing.
 func (l Lease[K, V]) Release() {
-	// The common case inlines into the caller: the first lease of a value
-	// still in the cache, ended by one compare-and-swap.
-	if !l.s.TryEndLease(l.tk) { // false for the zero Lease, before it reads l.s
+	// The common case inlines into the caller: a lease of a value still
+	// in the cache, which no eviction watches, ended by one
+	// compare-and-swap.
+	if !shard.TryEnd[uint64](l.tk) {
 		l.release()
 	}
 }
@@ -56,14 +58,14 @@ func (l Lease[K, V]) Release() {
 // release is Release for every other lease, and for misuse.
 func (l Lease[K, V]) release() {
 	if l.s == nil {
-		panic("epcache: Release of a zero Lease")
+		panic("epcache: Release of a Lease that Acquire returned with an error")
 	}
 	last, watched, err := l.s.EndWatchedLease(l.tk)
 	if err != nil {
 		panic(fmt.Sprintf("epcache: Lease of key %v released twice", l.s.Key()))
 	}
 	if last {
-		l.c.releaseLast(l.s, false) // its room comes back
+		owner(l.s).releaseLast(l.s, false) // its room comes back
 		return
 	}
 	if watched {
@@ -71,7 +73,7 @@ func (l Lease[K, V]) release() {
 		// a watched lease kicks: other leases end here too (a value's
 		// second lease at once), and a kick for each would be work for
 		// nothing.
-		l.c.kick()
+		owner(l.s).kick()
 	}
 }
 
@@ -93,15 +95,25 @@ func (l Lease[K, V]) release() {
 // the leases of each core write lines of its own and a hot peer's leases
 // scale with cores (each once per value, 1.1 KiB at GOMAXPROCS 2, at most
 // 8.1 KiB); and a lease that finds every ticket held allocates its own.
-func (c *Cache[K, V]) Acquire(ctx context.Context, key K) (Lease[K, V], error) {
-	s, tk, ok := c.table.Lease(key)
-	if ok { // a hit
-		return Lease[K, V]{c: c, s: s, tk: tk}, nil
+func (c *Cache[K, V]) Acquire(ctx context.Context, key K) (l Lease[K, V], err error) {
+	l.s, l.tk, err = c.table.Acquire(ctx, key) // a miss comes back to acquireSlow
+	return l, err
+}
+
+// acquireSlow answers an Acquire that found no value to lease
+// (shard.Table.SetLeaseMiss). With an error it returns shard.Unheld(), not
+// the zero Ticket: the Lease that Acquire returns then is not the zero
+// Lease, and its Release reaches release and says what went wrong,
+// rather than dereferencing a nil ticket on the inlined fast path.
+func (c *Cache[K, V]) acquireSlow(ctx context.Context, key K, stale *shard.Slot[K, V], tk shard.Ticket) (*shard.Slot[K, V], shard.Ticket, error) {
+	if stale != nil {
+		c.endStale(stale, tk) // an eviction took the value as the lease was taken
 	}
-	if tk.Valid() {
-		c.endStale(s, tk) // an eviction took the value as the lease was taken
+	l, err := c.acquire(ctx, key)
+	if err != nil {
+		return nil, shard.Unheld(), err
 	}
-	return c.acquire(ctx, key)
+	return l.s, l.tk, nil
 }
 
 // endStale ends a lease taken as an eviction or an idle removal took its
@@ -118,7 +130,7 @@ func (c *Cache[K, V]) endStale(s *shard.Slot[K, V], tk shard.Ticket) {
 // the value left the cache first, or as the lease was taken (then the
 // caller looks again).
 func (c *Cache[K, V]) leaseHeld(s *shard.Slot[K, V]) (l Lease[K, V], ok bool) {
-	tk, ok := s.Lease()
+	tk, ok := s.Lease(c)
 	if !ok {
 		return l, false
 	}
@@ -126,7 +138,7 @@ func (c *Cache[K, V]) leaseHeld(s *shard.Slot[K, V]) (l Lease[K, V], ok bool) {
 		c.endStale(s, tk)
 		return l, false
 	}
-	return Lease[K, V]{c, s, tk}, true
+	return Lease[K, V]{s, tk}, true
 }
 
 // acquire is Acquire after a miss: it creates (or waits for) the value as
@@ -141,10 +153,18 @@ func (c *Cache[K, V]) acquire(ctx context.Context, key K) (Lease[K, V], error) {
 		}
 		s, tk, ok := c.table.Lease(key)
 		if ok {
-			return Lease[K, V]{c: c, s: s, tk: tk}, nil
+			return Lease[K, V]{s: s, tk: tk}, nil
 		}
 		if tk.Valid() {
 			c.endStale(s, tk)
 		}
 	}
+}
+
+// owner returns the cache of s, a slot whose value is leased: every call
+// that may make a slot's lease table (a lease, a watch, a straggler's mark,
+// eviction's handle) gives the cache as its owner, so a Lease need not
+// carry it, and stays four words.
+func owner[K comparable, V any](s *shard.Slot[K, V]) *Cache[K, V] {
+	return s.Owner().(*Cache[K, V])
 }

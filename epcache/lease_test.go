@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/epcache/epcache/epcache"
+	"github.com/epcache/epcache/shard"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -86,14 +87,27 @@ func TestLeasesAcrossCompareAndInvalidateAndClose(t *testing.T) {
 	assert.Zero(t, c.Stats().Lingering)
 }
 
-// Releasing the zero Lease, or a lease twice (or its copy), panics with a
-// message that says so, and releases nothing.
+// Releasing a lease twice (or its copy), or one that Acquire returned with
+// an error, panics with a message that says so, and releases nothing; so
+// does the zero Lease's, with a nil dereference.
 func TestLeaseMisuse(t *testing.T) {
 	l := newLedger()
-	c := newCache(t, l, nil, nil)
+	c := newCache(t, l, nil, func(cfg *epcache.Config[int, *conn]) {
+		create := cfg.Create
+		cfg.Create = func(ctx context.Context, k int) (*conn, error) {
+			if k < 0 {
+				return nil, errors.New("no such peer")
+			}
+			return create(ctx, k)
+		}
+	})
 	var zero epcache.Lease[int, *conn]
 	assert.Nil(t, zero.Value())
-	assert.PanicsWithValue(t, "epcache: Release of a zero Lease", zero.Release)
+	assert.Panics(t, zero.Release)
+	failed, err := c.Acquire(context.Background(), -1)
+	require.Error(t, err)
+	assert.Nil(t, failed.Value())
+	assert.PanicsWithValue(t, "epcache: Release of a Lease that Acquire returned with an error", failed.Release)
 
 	a, err := c.Acquire(context.Background(), 7)
 	require.NoError(t, err)
@@ -110,6 +124,18 @@ func TestLeaseMisuse(t *testing.T) {
 	assert.Zero(t, b.Value().released.Load(), "b's lease survived the stale Release")
 	b.Release()
 	assert.EqualValues(t, 1, b.Value().released.Load())
+}
+
+// shard.NoMiss, given to Acquire, is a context like any other: the value is
+// created and leased (the table keeps its own context for a lease that
+// must not miss).
+func TestAcquireWithNoMiss(t *testing.T) {
+	l := newLedger()
+	c := newCache(t, l, nil, nil)
+	a, err := c.Acquire(shard.NoMiss, 3)
+	require.NoError(t, err)
+	assert.Equal(t, 3, a.Value().key)
+	a.Release()
 }
 
 // A Release that panics when the last lease ends propagates to the lease's

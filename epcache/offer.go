@@ -98,7 +98,7 @@ func (c *Cache[K, V]) offer(s *shard.Slot[K, V], st *shard.State[V], v V) (done,
 		// straggler: its Create's own value is released when it returns
 		// (settle), and until then the key may not be created again,
 		// even if v is invalidated.
-		s.MarkStraggler(f)
+		s.MarkStraggler(f, c)
 		stats.offers.Add(1)
 		c.publish(s, st, f, v)
 		f.Cancel(ErrOffered) // its value is no longer wanted: Create may stop
@@ -117,7 +117,7 @@ func (c *Cache[K, V]) offer(s *shard.Slot[K, V], st *shard.State[V], v V) (done,
 		return false, false
 	}
 	if st.Status() == shard.Straggling {
-		s.MarkStraggler(st.Flight()) // the straggler carries over to v's successor
+		s.MarkStraggler(st.Flight(), c) // the straggler carries over to v's successor
 	}
 	stats.offers.Add(1)
 	c.publish(s, claim, f, v)

@@ -68,32 +68,32 @@ func TestAgesOfOtherStates(t *testing.T) {
 // nothing else.
 func TestWatch(t *testing.T) {
 	_, s := readySlot(t)
-	a, ok := s.Lease()
+	a, ok := s.Lease(nil)
 	require.True(t, ok)
-	s.Watch()
-	assert.False(t, s.TryEndLease(a), "a watched value's lease ended on the fast path")
+	s.Watch(nil)
+	assert.False(t, shard.TryEnd[uint64](a), "a watched value's lease ended on the fast path")
 	last, watched, err := s.EndWatchedLease(a)
 	require.NoError(t, err)
 	assert.False(t, last)
 	assert.True(t, watched, "the end of a watched lease did not say so")
 	assert.Zero(t, s.Leased())
-	b, ok := s.Lease() // the ticket a held: its end served the want
+	b, ok := s.Lease(nil) // the ticket a held: its end served the want
 	require.True(t, ok)
 	assert.Equal(t, 1, s.Leased())
-	assert.True(t, s.TryEndLease(b), "a want, served by the end of the lease it found, sent the next lease to the slow path")
-	c, ok := s.Lease()
+	assert.True(t, shard.TryEnd[uint64](b), "a want, served by the end of the lease it found, sent the next lease to the slow path")
+	c, ok := s.Lease(nil)
 	require.True(t, ok)
-	d, ok := s.Lease() // the second ticket, free but marked by Want
+	d, ok := s.Lease(nil) // the second ticket, free but marked by Want
 	require.True(t, ok)
 	_, watched, err = s.EndWatchedLease(d)
 	require.NoError(t, err)
 	assert.True(t, watched, "the first lease of a ticket marked free: its end did not say it was watched")
-	d, ok = s.Lease() // the second ticket again, whose end takes the slow path, unwatched now
+	d, ok = s.Lease(nil) // the second ticket again, whose end takes the slow path, unwatched now
 	require.True(t, ok)
 	_, watched, err = s.EndWatchedLease(d)
 	require.NoError(t, err)
 	assert.False(t, watched, "the end of a second lease, not watched, said it was")
-	require.True(t, s.TryEndLease(c))
+	require.True(t, shard.TryEnd[uint64](c))
 	_, err = s.EndLease(b)
 	assert.ErrorIs(t, err, shard.ErrLeaseEnded)
 	assert.True(t, s.Abandon())

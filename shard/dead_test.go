@@ -26,7 +26,7 @@ func TestNoRebuildBetweenDeathAndRenewal(t *testing.T) {
 	if !f.TryResolve() {
 		t.Fatal("resolve")
 	}
-	s.MarkStraggler(f)
+	s.MarkStraggler(f, nil)
 	tb.Publish(s, claim, 10)
 	f.Finish(10, nil, claim.flight.until)
 

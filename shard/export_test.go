@@ -1,5 +1,7 @@
 package shard
 
+import "sync/atomic"
+
 // LockShardOf locks the shard that holds key and returns its unlock: tests use
 // it to show that readers never take that lock.
 func (t *Table[K, V]) LockShardOf(key K) (unlock func()) {
@@ -50,7 +52,7 @@ func OnLine[K comparable, V any](s *Slot[K, V], t Ticket) bool {
 	for i := range h.tickets[0].Load() + 1 {
 		l := lineAt(h, i)
 		for j := range l.tickets {
-			if t.p == &l.tickets[j] {
+			if t.p == wordOf(&l.tickets[j]) {
 				return true
 			}
 		}
@@ -61,5 +63,13 @@ func OnLine[K comparable, V any](s *Slot[K, V], t Ticket) bool {
 // GrowLeaseLines makes s's lines now, as leases that keep finding its
 // first ticket held would.
 func GrowLeaseLines[K comparable, V any](s *Slot[K, V]) {
-	s.leaseTable().grow()
+	s.leaseTable(nil).grow()
+}
+
+// JustTaken reports whether t is what a lease that has just taken its
+// ticket must hold: the end word is the taken word without held (as
+// heldTicket makes it, which the table's Acquire writes out), and the
+// ticket holds the taken word.
+func JustTaken(t Ticket) bool {
+	return t == heldTicket(t.w, t.p) && atomic.LoadUint64(t.p) == t.w
 }

@@ -36,7 +36,7 @@ import (
 // state the value is in and no lease held, the hit path leases only a
 // young value, two laps of the hand see every slot, Leased counts the
 // leases held, a lease held when its value was marked watched never ends
-// on TryEndLease's fast path (nor does the one after it, on the same
+// on TryEnd's fast path (nor does the one after it, on the same
 // ticket: the want is served once), and the last lease of a value that left the table says so. With the next bit set too, the
 // table puts values on probation (SetProbation): they are published cooled.
 //
@@ -284,7 +284,7 @@ func (m *tableModel) left(t *testing.T, key int, s *shard.Slot[int, int], step s
 	for _, tk := range leases {
 		m.draining = append(m.draining, drainingLease{s, tk})
 	}
-	_, ok := s.Lease()
+	_, ok := s.Lease(nil)
 	assert.False(t, ok, "%s: a value that left the table was leased", step)
 	for _, tk := range leases {
 		delete(m.watched, tk)
@@ -368,7 +368,7 @@ func (m *tableModel) applyAges(t *testing.T, tb *shard.Table[int, int], op table
 			// The slow path, as the cache takes it: a use, then a lease.
 			require.True(t, tb.Touch(s, st), step)
 			m.age[key] = 0
-			tk, ok = s.Lease()
+			tk, ok = s.Lease(nil)
 			require.True(t, ok, "%s: Lease of a held value", step)
 		}
 		m.leases[key] = append(m.leases[key], tk)
@@ -382,7 +382,7 @@ func (m *tableModel) applyAges(t *testing.T, tb *shard.Table[int, int], op table
 		want := m.watched[tk]
 		if want {
 			delete(m.watched, tk)
-			require.False(t, s.TryEndLease(tk), "%s: a watched value's lease ended on the fast path", step)
+			require.False(t, shard.TryEnd[uint64](tk), "%s: a watched value's lease ended on the fast path", step)
 		}
 		last, watched, err := s.EndWatchedLease(tk)
 		require.NoError(t, err, step)
@@ -394,7 +394,7 @@ func (m *tableModel) applyAges(t *testing.T, tb *shard.Table[int, int], op table
 		assert.ErrorIs(t, err, shard.ErrLeaseEnded, "%s: a lease ended twice", step)
 	case topWatch:
 		if held {
-			s.Watch()
+			s.Watch(nil)
 			for _, tk := range m.leases[key] {
 				m.watched[tk] = true
 			}
@@ -416,7 +416,7 @@ func (m *tableModel) endDraining(t *testing.T, step string) {
 			rest++
 		}
 	}
-	assert.False(t, d.s.TryEndLease(d.tk), "%s: a lease of a value that left the table ended on the fast path", step)
+	assert.False(t, shard.TryEnd[uint64](d.tk), "%s: a lease of a value that left the table ended on the fast path", step)
 	last, err := d.s.EndLease(d.tk)
 	require.NoError(t, err, step)
 	assert.Equal(t, rest == 0, last, "%s: the last lease of a value that left the table", step)

@@ -23,12 +23,13 @@ import (
 //	bit 62: held
 //	bit 61: watched (see Watch)
 //	bits 50-57: the hint of the goroutine that took it last (stackHint)
-//	bits 0-49: generation, advanced by every EndLease (and wrapping)
+//	bits 0-49: generation, advanced by every lease that takes it (and wrapping)
 //
-// A lease claims a free ticket by CAS, and ends by a CAS that clears held
-// and advances the generation, which must be the one it was handed: a
-// Ticket ended twice finds another generation (or held clear) and gets
-// ErrLeaseEnded, even if the ticket has been handed out again meanwhile. So
+// A lease claims a free ticket by a CAS that sets held and advances the
+// generation, and ends by a CAS that clears held, which must find the word
+// it was handed: a Ticket ended twice finds held clear, or another
+// generation, and gets ErrLeaseEnded, even if the ticket has been handed
+// out again meanwhile. So
 // a lease costs one CAS to take and one to end, and nothing else: no lock,
 // no allocation.
 //
@@ -111,17 +112,22 @@ type leaseTable struct {
 	// straggler is the *Flight[V] of the straggler marked on this slot
 	// (see Slot.MarkStraggler): written before the slot is published,
 	// read after it is invalidated, so the state's CAS orders the two.
-	straggler any
+	// An unsafe.Pointer, not an any, so that owner fits in the 128 bytes:
+	// only the slot's methods, which know V, read it.
+	straggler unsafe.Pointer
 	// handle is the *Handle[K, V] of the slot, if Track made one: written
 	// before the slot is published, read after it leaves the table.
-	handle any
+	handle unsafe.Pointer
+	// owner is what the call that made the table was given as owner (see
+	// Slot.Owner): written before the table is published, never after.
+	owner any
 }
 
 // leaseTablePad makes a lease table 128 bytes, an allocation size class
 // whose objects start on a 128-byte boundary: the first line of tickets
 // has a cache line of its own, and two tables (of values leased around the
 // same time, whose tables are made then) share none.
-const leaseTablePad = 128 - 8*leaseTickets - 8 - 8 - 8 - 8 - 4*unsafe.Sizeof(uintptr(0)) // lines: 8 bytes on 32-bit too (contended is 8-aligned); straggler and handle: two words each
+const leaseTablePad = 128 - 8*leaseTickets - 8 - 8 - 8 - 8 - 4*unsafe.Sizeof(uintptr(0)) // lines: 8 bytes on 32-bit too (contended is 8-aligned); straggler and handle: a word each; owner: two
 
 const contendedWatch = 1 << 63 // in leaseTable.contended
 
@@ -173,30 +179,64 @@ var abandoned = func() *leaseTable {
 }()
 
 // Ticket is one lease of a slot's value, handed out by [Slot.Lease]. Its
-// zero value is no lease. Two words, so that a lease passes in registers:
-// the ticket's word as the lease took it, and where the ticket is.
+// zero value is no lease. Three words, so that a lease passes in
+// registers: the ticket's word as the lease took it, the word its end
+// leaves, and where the ticket is. The end word is kept, not computed, so
+// that TryEnd is a compare-and-swap of three loaded fields and nothing
+// else: a cache's Release, which calls it, then fits the inliner's budget.
 type Ticket struct {
-	w uint64         // held | generation, | ticketSlow or ticketOverflow
-	p *atomic.Uint64 // the ticket
+	w uint64  // held | generation, | ticketSlow or ticketOverflow
+	e uint64  // w without held: what the end leaves in the ticket
+	p *uint64 // the ticket, an atomic.Uint64 (a plain pointer, so that TryEnd converts nothing: see there)
 }
+
+// heldTicket returns the Ticket of a lease that took p, leaving w in it.
+func heldTicket(w uint64, p *uint64) Ticket { return Ticket{w: w, e: w &^ ticketHeld, p: p} }
+
+// wordOf returns the word of ticket p, for a Ticket.
+//
+// Safety: atomic.Uint64 is one uint64; the Ticket's word is only ever
+// accessed atomically, as p's.
+func wordOf(p *atomic.Uint64) *uint64 { return (*uint64)(unsafe.Pointer(p)) }
 
 // Valid reports whether t was handed out by Lease (whether or not it has
 // ended since).
 func (t Ticket) Valid() bool { return t.p != nil }
 
+// Unheld returns a Ticket that holds no lease and that no end ever ends:
+// its word, gone and not held, never changes. It is what a cache hands out
+// beside an error, so that a Release of it takes the cache's slow path and
+// is reported there, where the zero Ticket would be dereferenced.
+func Unheld() Ticket { return unheld }
+
+var unheld = Ticket{p: func() *uint64 { w := uint64(ticketGone); return &w }()}
+
 // ErrLeaseEnded is returned by [Slot.EndLease] for a ticket already ended.
 var ErrLeaseEnded = errors.New("shard: lease already ended")
 
-// leaseTable returns s's lease table, making it if s has none.
-func (s *Slot[K, V]) leaseTable() *leaseTable {
+// leaseTable returns s's lease table, making it, with owner, if s has none.
+func (s *Slot[K, V]) leaseTable(owner any) *leaseTable {
 	if tb := s.leases.Load(); tb != nil {
 		return tb
 	}
-	tb := new(leaseTable)
+	tb := &leaseTable{owner: owner}
 	if s.leases.CompareAndSwap(nil, tb) {
 		return tb
 	}
 	return s.leases.Load()
+}
+
+// Owner returns the owner given to the call that made s's lease table
+// (Lease, LeaseFor, Watch, MarkStraggler or Track), or nil if s has none.
+// A cache gives itself, so that the end of a lease, which holds the slot
+// and a Ticket but not the cache, finds the cache here: every call on the
+// slots of one table gives the same owner (Table.SetOwner's, on the
+// table's own calls).
+func (s *Slot[K, V]) Owner() any {
+	if tb := s.leases.Load(); tb != nil {
+		return tb.owner
+	}
+	return nil
 }
 
 // take claims p's ticket if it is free. gone reports that the value has
@@ -209,14 +249,20 @@ func take(p *atomic.Uint64, hint uint64) (t Ticket, ok, gone bool) {
 			return Ticket{}, false, true
 		case w&ticketHeld != 0:
 			return Ticket{}, false, false
-		case p.CompareAndSwap(w, w&^ticketHint|ticketHeld|hint):
-			t = Ticket{w: ticketHeld | hint | w&ticketGen, p: p}
+		case p.CompareAndSwap(w, taken(w, hint)):
+			t = heldTicket(ticketHeld|hint|(w+1)&ticketGen, wordOf(p))
 			if w&ticketWatched != 0 {
-				t.w |= ticketSlow
+				t.w |= ticketSlow // TryEnd cannot match it
 			}
 			return t, true, false
 		}
 	}
+}
+
+// taken is the word of a free ticket w once a lease with hint has taken
+// it: held, and the next generation.
+func taken[W ~uint64](w, hint W) W {
+	return w&^(ticketHint|ticketGen) | (w+1)&ticketGen | ticketHeld | hint
 }
 
 // takeLine claims a free ticket of line l.
@@ -259,10 +305,10 @@ func procUnpin()
 // is counted by it. It takes no lock, and allocates only s's first lease
 // table, its lines, and leases beyond a line's eight at once when every
 // line is full.
-func (s *Slot[K, V]) Lease() (t Ticket, ok bool) {
+func (s *Slot[K, V]) Lease(owner any) (t Ticket, ok bool) {
 	var anchor byte
 	hint := stackHint[uint64](&anchor)
-	tb := s.leaseTable()
+	tb := s.leaseTable(owner)
 	h := tb.lines.Load()
 	if h == nil && tb.tickets[0].Load()&ticketHeld != 0 {
 		h = tb.contend()
@@ -289,14 +335,14 @@ func (s *Slot[K, V]) Lease() (t Ticket, ok bool) {
 		if tb.extra.CompareAndSwap(e, e+1) {
 			p := new(atomic.Uint64)
 			p.Store(ticketHeld)
-			return Ticket{w: ticketHeld | ticketSlow | ticketOverflow, p: p}, true
+			return heldTicket(ticketHeld|ticketSlow|ticketOverflow, wordOf(p)), true
 		}
 	}
 }
 
 // contend counts a lease that found the value's first line in use from
 // another goroutine: its first ticket held, or last taken by another
-// goroutine (Table.Lease tells). The growAfter-th makes tb's lines (at
+// goroutine (Table.Acquire tells). The growAfter-th makes tb's lines (at
 // GOMAXPROCS 1 there is no other core to keep a line from), and it returns
 // them, or nil if there are none.
 func (tb *leaseTable) contend() *leaseLine {
@@ -306,7 +352,7 @@ func (tb *leaseTable) contend() *leaseLine {
 	return tb.lines.Load()
 }
 
-// contended is contend for Table.Lease, which found s's first ticket last
+// contended is contend for Table.Acquire, which found s's first ticket last
 // taken by another goroutine.
 func (s *Slot[K, V]) contended() {
 	if tb := s.leases.Load(); tb != nil {
@@ -349,7 +395,7 @@ func (s *Slot[K, V]) EndLease(t Ticket) (last bool, err error) {
 // it that the value may be free now. An overflow lease reports watched, as
 // Watch does not mark it.
 func (s *Slot[K, V]) EndWatchedLease(t Ticket) (last, watched bool, err error) {
-	if s.TryEndLease(t) {
+	if t.p != nil && TryEnd[uint64](t) {
 		return false, false, nil
 	}
 	if t.p == nil {
@@ -360,7 +406,7 @@ func (s *Slot[K, V]) EndWatchedLease(t Ticket) (last, watched bool, err error) {
 		return false, false, ErrLeaseEnded // not a ticket of s
 	}
 	if t.w&ticketOverflow != 0 {
-		if !t.p.CompareAndSwap(ticketHeld, 0) {
+		if !atomic.CompareAndSwapUint64(t.p, ticketHeld, 0) {
 			return false, false, ErrLeaseEnded
 		}
 		if tb.extra.Add(^uint64(0))&extraGone != 0 {
@@ -370,11 +416,11 @@ func (s *Slot[K, V]) EndWatchedLease(t Ticket) (last, watched bool, err error) {
 	}
 	gen := t.w & ticketGen
 	for {
-		w := t.p.Load()
+		w := atomic.LoadUint64(t.p)
 		if w&ticketHeld == 0 || w&ticketGen != gen {
 			return false, false, ErrLeaseEnded
 		}
-		if t.p.CompareAndSwap(w, w&(ticketGone|ticketHint)|(gen+1)&ticketGen) { // and the watch served
+		if atomic.CompareAndSwapUint64(t.p, w, w&(ticketGone|ticketHint|ticketGen)) { // and the watch served
 			watched = w&ticketWatched != 0
 			if w&ticketGone != 0 {
 				return tb.drain.Add(-1) == 0, watched, nil
@@ -384,12 +430,21 @@ func (s *Slot[K, V]) EndWatchedLease(t Ticket) (last, watched bool, err error) {
 	}
 }
 
-// TryEndLease ends t if its value has not left the table and no eviction
-// watches it, and otherwise reports false, changing nothing: the caller
-// calls EndLease. It is the common case of EndLease, one compare-and-swap
-// on the ticket itself, small enough to inline.
-func (s *Slot[K, V]) TryEndLease(t Ticket) bool {
-	return t.p != nil && t.p.CompareAndSwap(t.w, (t.w+1)&(ticketHint|ticketGen))
+// TryEnd ends the lease t if its value has not left the table and no
+// eviction watches it, and otherwise reports false, changing nothing: the
+// caller calls EndLease. It is the common case of EndLease, one
+// compare-and-swap on the ticket itself, small enough to inline into the
+// inlined part of a cache's Release. W is always uint64: a generic
+// function is compiled in every program that instantiates the cache, so
+// it inlines there, where the compiler inlines a non-generic function of
+// this package into generic code only if the program imports this package
+// itself (TestHitPathMakesNoCalls checks it).
+//
+// t must be a Ticket handed out by a lease, or Unheld's: the zero Ticket
+// has no word to compare, and the check a nil one would cost is what
+// keeps Release out of its callers.
+func TryEnd[W ~uint64](t Ticket) bool {
+	return atomic.CompareAndSwapUint64(t.p, t.w, t.e)
 }
 
 // eachTicket calls f with every ticket of tb's lines, the first line's
@@ -416,8 +471,8 @@ func (tb *leaseTable) eachTicket(lines *leaseLine, f func(p *atomic.Uint64)) {
 // may be free. The end of a lease clears its ticket's mark, so that a value
 // watched once does not send every later lease to the slow path. It takes
 // no lock and changes nothing else.
-func (s *Slot[K, V]) Watch() {
-	tb := s.leaseTable()
+func (s *Slot[K, V]) Watch(owner any) {
+	tb := s.leaseTable(owner)
 	tb.contended.Or(contendedWatch) // before lines is loaded: see grow
 	tb.eachTicket(tb.lines.Load(), func(p *atomic.Uint64) { p.Or(ticketWatched) })
 }
@@ -492,11 +547,11 @@ func (f *Flight[V]) WantLease() { f.lease.wanted = true }
 // LeaseFor leases s's value, about to be published, for the claimer of f,
 // if it asked and is still there. The creator calls it just before
 // Publish.
-func (s *Slot[K, V]) LeaseFor(f *Flight[V]) {
+func (s *Slot[K, V]) LeaseFor(f *Flight[V], owner any) {
 	if !f.lease.wanted || f.lease.state.Load() != leaseNone {
 		return
 	}
-	t, ok := s.Lease()
+	t, ok := s.Lease(owner)
 	if !ok {
 		return
 	}

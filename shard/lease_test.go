@@ -1,6 +1,7 @@
 package shard_test
 
 import (
+	"context"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,72 @@ func readySlot(t *testing.T) (*shard.Table[int, int], *shard.Slot[int, int]) {
 	return tb, publish(t, tb, 1, 100)
 }
 
+// The table's Acquire writes a lease's Ticket out, as take makes it: every
+// lease it hands out, on its fast path (the first ticket, free) and off it
+// (no lease table yet, or the first ticket held), is one a fast end can
+// end, and only once.
+func TestAcquireTicketsAsTakeMakesThem(t *testing.T) {
+	tb, s := readySlot(t)
+	for round := range 100 {
+		_, a, ok := tb.Lease(1) // the first round makes the lease table
+		require.True(t, ok)
+		_, b, ok := tb.Lease(1) // the first ticket is held: the second
+		require.True(t, ok)
+		require.True(t, shard.JustTaken(a), "round %d: the first lease", round)
+		require.True(t, shard.JustTaken(b), "round %d: the second lease", round)
+		require.True(t, shard.TryEnd[uint64](b))
+		require.False(t, shard.TryEnd[uint64](b), "round %d: a lease ended twice", round)
+		require.True(t, shard.TryEnd[uint64](a))
+		require.False(t, shard.TryEnd[uint64](a), "round %d: a lease ended twice", round)
+	}
+	assert.Zero(t, s.Leased())
+}
+
+// The owner a slot's lease table records is the one given to the call that
+// made the table, whichever of them made it, and the table's own leases
+// give SetOwner's: the end of a lease finds its cache there.
+func TestOwner(t *testing.T) {
+	type owner struct{ name string }
+	mine, other := &owner{"mine"}, &owner{"other"}
+	makers := map[string]func(s *shard.Slot[int, int], f *shard.Flight[int]){
+		"Lease": func(s *shard.Slot[int, int], _ *shard.Flight[int]) {
+			_, ok := s.Lease(mine)
+			require.True(t, ok)
+		},
+		"Watch":         func(s *shard.Slot[int, int], _ *shard.Flight[int]) { s.Watch(mine) },
+		"MarkStraggler": func(s *shard.Slot[int, int], f *shard.Flight[int]) { s.MarkStraggler(f, mine) },
+		"Track":         func(s *shard.Slot[int, int], _ *shard.Flight[int]) { s.Track(mine) },
+		"LeaseFor": func(s *shard.Slot[int, int], f *shard.Flight[int]) {
+			f.WantLease()
+			s.LeaseFor(f, mine)
+		},
+	}
+	for name, makeTable := range makers {
+		tb := newTable[int, int](t, shard.Options[int]{})
+		tb.SetOwner(other)
+		s := tb.LoadOrInsert(1)
+		claim, f, ok := s.Claim(nil, context.Background())
+		require.True(t, ok)
+		assert.Nil(t, s.Owner(), "%s: a slot without a lease table has an owner", name)
+		makeTable(s, f)
+		require.True(t, tb.Publish(s, claim, 100))
+		_, tk, ok := tb.Lease(1) // the table's own lease: the table exists, its owner stays
+		require.True(t, ok)
+		assert.Same(t, mine, s.Owner(), "%s made the lease table", name)
+		_, err := s.EndLease(tk)
+		require.NoError(t, err)
+	}
+
+	tb := newTable[int, int](t, shard.Options[int]{})
+	tb.SetOwner(mine)
+	s := publish(t, tb, 1, 100)
+	_, tk, ok := tb.Lease(1)
+	require.True(t, ok)
+	assert.Same(t, mine, s.Owner(), "the table's lease made the lease table")
+	_, err := s.EndLease(tk)
+	require.NoError(t, err)
+}
+
 // A value abandoned while leased is released by the end of its last lease,
 // and by nobody else; one never leased is released by Abandon's caller.
 func TestLeaseLifecycle(t *testing.T) {
@@ -25,7 +92,7 @@ func TestLeaseLifecycle(t *testing.T) {
 	tb, s := readySlot(t)
 	var tickets []shard.Ticket
 	for range 12 { // eight tickets and four overflow leases
-		tk, ok := s.Lease()
+		tk, ok := s.Lease(nil)
 		require.True(t, ok)
 		require.True(t, tk.Valid())
 		tickets = append(tickets, tk)
@@ -37,7 +104,7 @@ func TestLeaseLifecycle(t *testing.T) {
 	_, ok := tb.Invalidate(s)
 	require.True(t, ok)
 	assert.False(t, s.Abandon(), "11 leases hold the value")
-	_, ok = s.Lease()
+	_, ok = s.Lease(nil)
 	assert.False(t, ok, "no lease once the value has left")
 	for i, tk := range tickets[1:] {
 		last, err := s.EndLease(tk)
@@ -52,13 +119,13 @@ func TestLeaseLifecycle(t *testing.T) {
 // ending the zero Ticket.
 func TestLeaseEndedTwice(t *testing.T) {
 	_, s := readySlot(t)
-	a, ok := s.Lease()
+	a, ok := s.Lease(nil)
 	require.True(t, ok)
 	_, err := s.EndLease(a)
 	require.NoError(t, err)
 	_, err = s.EndLease(a)
 	assert.ErrorIs(t, err, shard.ErrLeaseEnded, "ended twice")
-	b, ok := s.Lease() // takes a's ticket again
+	b, ok := s.Lease(nil) // takes a's ticket again
 	require.True(t, ok)
 	_, err = s.EndLease(a)
 	assert.ErrorIs(t, err, shard.ErrLeaseEnded, "ended twice, after its ticket was handed out again")
@@ -74,7 +141,7 @@ func TestLeaseEndedTwice(t *testing.T) {
 	_, s = readySlot(t)
 	var tks []shard.Ticket
 	for range 9 {
-		tk, ok := s.Lease()
+		tk, ok := s.Lease(nil)
 		require.True(t, ok)
 		tks = append(tks, tk)
 	}
@@ -103,7 +170,7 @@ func TestLeaseAbandonRace(t *testing.T) {
 			wg.Go(func() {
 				<-start
 				for range 20 {
-					tk, ok := s.Lease()
+					tk, ok := s.Lease(nil)
 					if !ok {
 						return
 					}
@@ -148,17 +215,17 @@ func TestLeaseAbandonRace(t *testing.T) {
 func TestLeaseLinesGrowWithContention(t *testing.T) {
 	atProcs(t, 2)
 	tb, s := readySlot(t)
-	held, ok := s.Lease() // the first ticket, held throughout
+	held, ok := s.Lease(nil) // the first ticket, held throughout
 	require.True(t, ok)
 	for range shard.GrowAfter - 1 {
-		tk, ok := s.Lease()
+		tk, ok := s.Lease(nil)
 		require.True(t, ok)
 		assert.False(t, shard.OnLine(s, tk))
 		_, err := s.EndLease(tk)
 		require.NoError(t, err)
 	}
 	assert.Zero(t, shard.LeaseLines(s), "grown before GrowAfter leases found the first ticket held")
-	tk, ok := s.Lease() // the GrowAfter-th
+	tk, ok := s.Lease(nil) // the GrowAfter-th
 	require.True(t, ok)
 	lines := shard.LeaseLines(s)
 	assert.GreaterOrEqual(t, lines, 8, "lines grown: four for each of two Ps")
@@ -168,7 +235,7 @@ func TestLeaseLinesGrowWithContention(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.EndLease(tk)
 	assert.ErrorIs(t, err, shard.ErrLeaseEnded, "a line's ticket ended twice")
-	again, ok := s.Lease() // the same line, the same ticket
+	again, ok := s.Lease(nil) // the same line, the same ticket
 	require.True(t, ok)
 	require.True(t, shard.OnLine(s, again))
 	_, err = s.EndLease(tk)
@@ -177,7 +244,7 @@ func TestLeaseLinesGrowWithContention(t *testing.T) {
 	// Fill the caller's line and more: leases spill to the other lines.
 	onLines := []shard.Ticket{again}
 	for range 20 {
-		tk, ok := s.Lease()
+		tk, ok := s.Lease(nil)
 		require.True(t, ok)
 		require.True(t, shard.OnLine(s, tk))
 		onLines = append(onLines, tk)
@@ -186,7 +253,7 @@ func TestLeaseLinesGrowWithContention(t *testing.T) {
 	_, ok = tb.Invalidate(s)
 	require.True(t, ok)
 	assert.False(t, s.Abandon(), "22 leases hold the value")
-	_, ok = s.Lease()
+	_, ok = s.Lease(nil)
 	assert.False(t, ok, "no lease once the value has left")
 	for i, tk := range onLines {
 		last, err := s.EndLease(tk)
@@ -268,10 +335,10 @@ func TestLeaseLinesGrowWhenLeasesMove(t *testing.T) {
 func TestLeaseLinesNotAtOneProc(t *testing.T) {
 	atProcs(t, 1)
 	_, s := readySlot(t)
-	held, ok := s.Lease()
+	held, ok := s.Lease(nil)
 	require.True(t, ok)
 	for range 4 * shard.GrowAfter {
-		tk, ok := s.Lease()
+		tk, ok := s.Lease(nil)
 		require.True(t, ok)
 		_, err := s.EndLease(tk)
 		require.NoError(t, err)
@@ -288,21 +355,21 @@ func TestWatchMarksLines(t *testing.T) {
 		_, s := readySlot(t)
 		if growFirst {
 			shard.GrowLeaseLines(s)
-			s.Watch()
+			s.Watch(nil)
 		} else {
-			s.Watch()
+			s.Watch(nil)
 			shard.GrowLeaseLines(s)
 		}
-		tk, ok := s.Lease()
+		tk, ok := s.Lease(nil)
 		require.True(t, ok)
 		require.True(t, shard.OnLine(s, tk))
-		assert.False(t, s.TryEndLease(tk), "a watched ticket's lease ended on the fast path (grown first: %t)", growFirst)
+		assert.False(t, shard.TryEnd[uint64](tk), "a watched ticket's lease ended on the fast path (grown first: %t)", growFirst)
 		_, watched, err := s.EndWatchedLease(tk)
 		require.NoError(t, err)
 		assert.True(t, watched, "the end of a lease on a watched line did not say so (grown first: %t)", growFirst)
-		tk, ok = s.Lease()
+		tk, ok = s.Lease(nil)
 		require.True(t, ok)
-		assert.True(t, s.TryEndLease(tk), "the watch, served, still sends the next lease of the ticket to the slow path")
+		assert.True(t, shard.TryEnd[uint64](tk), "the watch, served, still sends the next lease of the ticket to the slow path")
 	}
 }
 
@@ -323,7 +390,7 @@ func TestLeaseLinesAndAbandonRace(t *testing.T) {
 			held     atomic.Int32
 			early    atomic.Bool
 		)
-		first, ok := s.Lease() // held: the others find it so, and grow the lines
+		first, ok := s.Lease(nil) // held: the others find it so, and grow the lines
 		require.True(t, ok)
 		held.Add(1)
 		start := make(chan struct{})
@@ -344,7 +411,7 @@ func TestLeaseLinesAndAbandonRace(t *testing.T) {
 			wg.Go(func() {
 				<-start
 				for range shard.GrowAfter {
-					tk, ok := s.Lease()
+					tk, ok := s.Lease(nil)
 					if !ok {
 						return
 					}

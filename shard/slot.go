@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // A slot's life is a small state machine, driven only by compare-and-swap on
@@ -344,8 +345,8 @@ func NewFailure[V any](err error, until time.Time) *State[V] {
 // of a Straggling state that an Offer claimed: the straggler then carries
 // over to the offered value's successor. Call it before the value is
 // published.
-func (s *Slot[K, V]) MarkStraggler(f *Flight[V]) {
-	s.leaseTable().straggler = f
+func (s *Slot[K, V]) MarkStraggler(f *Flight[V], owner any) {
+	s.leaseTable(owner).straggler = unsafe.Pointer(f)
 }
 
 // IdleSweeps returns how many idle sweeps a Ready state has stayed unused
@@ -379,10 +380,10 @@ func (h *Handle[K, V]) Slot() *Slot[K, V] { return h.slot.Load() }
 // Track returns a new handle of s. Call it once, before s's value is
 // published: the value's removal clears the handle. It allocates the
 // handle, and s's lease table if s has none.
-func (s *Slot[K, V]) Track() *Handle[K, V] {
+func (s *Slot[K, V]) Track(owner any) *Handle[K, V] {
 	h := &Handle[K, V]{since: time.Now().UnixNano()}
 	h.slot.Store(s)
-	s.leaseTable().handle = h
+	s.leaseTable(owner).handle = unsafe.Pointer(h)
 	return h
 }
 
@@ -390,7 +391,7 @@ func (s *Slot[K, V]) Track() *Handle[K, V] {
 // it, and the zero time otherwise.
 func (s *Slot[K, V]) Published() time.Time {
 	if tb := s.leases.Load(); tb != nil {
-		if h, ok := tb.handle.(*Handle[K, V]); ok {
+		if h := (*Handle[K, V])(tb.handle); h != nil {
 			return time.Unix(0, h.since)
 		}
 	}
@@ -401,7 +402,7 @@ func (s *Slot[K, V]) Published() time.Time {
 // table.
 func (s *Slot[K, V]) untrack() {
 	if tb := s.leases.Load(); tb != nil {
-		if h, ok := tb.handle.(*Handle[K, V]); ok {
+		if h := (*Handle[K, V])(tb.handle); h != nil {
 			h.slot.Store(nil)
 		}
 	}
@@ -426,7 +427,7 @@ func (s *Slot[K, V]) stragglerState() *State[V] {
 	if tb == nil || tb.straggler == nil {
 		return nil
 	}
-	f := tb.straggler.(*Flight[V])
+	f := (*Flight[V])(tb.straggler)
 	if f.kind == flightStraggler { // an Offer stored s's value on a Straggling slot
 		if f.Finished() {
 			return nil

@@ -86,6 +86,8 @@ type Table[K comparable, V any] struct {
 	sealed     *State[V] // the one Sealed state of this table
 	closedMark *State[V] // never a slot's state: what hit holds once closed
 	miss       func(context.Context, K) (V, error)
+	leaseMiss  func(context.Context, K, *Slot[K, V], Ticket) (*Slot[K, V], Ticket, error)
+	owner      any                      // what Acquire gives Slot.Lease (SetOwner)
 	aged       [IdleSteps + 1]*State[V] // the aged Ready states (age.go)
 	evicting   *State[V]                // a value InvalidateState is removing (age.go)
 	published  *State[V]                // the state Publish stores: ready, or cooled (SetProbation)
@@ -373,6 +375,19 @@ func (t *Table[K, V]) Lookup(key K) *Slot[K, V] {
 // the table is used; without it, a miss is an error.
 func (t *Table[K, V]) SetMiss(miss func(ctx context.Context, key K) (V, error)) { t.miss = miss }
 
+// SetLeaseMiss sets the function that answers an Acquire that found no
+// value to lease. If a removal took the value as the lease was taken,
+// stale is its slot and tk that lease, which the function must end (and
+// release the value, if EndLease says it was the last lease); otherwise
+// stale is nil. Call it before the table is used.
+func (t *Table[K, V]) SetLeaseMiss(miss func(ctx context.Context, key K, stale *Slot[K, V], tk Ticket) (*Slot[K, V], Ticket, error)) {
+	t.leaseMiss = miss
+}
+
+// SetOwner sets the owner that Acquire and Lease give Slot.Lease, for
+// Slot.Owner to return. Call it before the table is used.
+func (t *Table[K, V]) SetOwner(owner any) { t.owner = owner }
+
 var errMiss = errors.New("shard: no ready value")
 
 // NoMiss is the context to give Get for a lookup that must not miss into
@@ -543,12 +558,15 @@ func (t *Table[K, V]) equal(a, b K) bool {
 	return a == b
 }
 
-// Lease returns key's slot and a lease of its value, if the slot is Ready
-// and the table is not closed; see [Slot.Lease]. It takes no lock. With ok
-// false and tk valid, a removal (InvalidateState) raced the lease: s no
-// longer holds the value for the table, and the caller must end tk at once
-// (and release the value, if EndLease says it was the last lease).
-func (t *Table[K, V]) Lease(key K) (s *Slot[K, V], tk Ticket, ok bool) {
+// Acquire returns key's slot and a lease of its value if the slot is Ready
+// and the table is not closed (see [Slot.Lease]), and otherwise whatever
+// the function given to SetLeaseMiss returns; without that function (or
+// from Lease), a miss is an error, and a lease that a removal raced (see
+// Lease) is returned with it for the caller to end. A hit takes no lock
+// and allocates nothing: it is the whole hit path of a cache's Acquire in
+// one call, so that Acquire can be a one-call wrapper that inlines into
+// its callers, as Get's does.
+func (t *Table[K, V]) Acquire(ctx context.Context, key K) (s *Slot[K, V], tk Ticket, err error) {
 	// An integer key is hashed here, as Get hashes it: Hash does not
 	// inline, and a call costs the lease as much as the mix itself.
 	var h uint64
@@ -558,7 +576,7 @@ func (t *Table[K, V]) Lease(key K) (s *Slot[K, V], tk Ticket, ok bool) {
 		h = t.Hash(key)
 	}
 	if s = t.locate(h, key); s == nil || s.state.Load() != t.hit.Load() {
-		return nil, Ticket{}, false
+		return t.leaseMissed(ctx, key, nil, Ticket{})
 	}
 	// The first ticket of the caller's line, spelled out: free unless
 	// the caller holds another lease of this value, or the value has no
@@ -574,17 +592,51 @@ func (t *Table[K, V]) Lease(key K) (s *Slot[K, V], tk Ticket, ok bool) {
 			procUnpin()
 			p = &lineAt(h, uint64(pid)*linesPerP).tickets[0]
 		}
-		if w := p.Load(); w&(ticketGone|ticketHeld|ticketWatched) == 0 && p.CompareAndSwap(w, w&^ticketHint|ticketHeld|hint) {
+		if w := p.Load(); w&(ticketGone|ticketHeld|ticketWatched) == 0 && p.CompareAndSwap(w, taken(w, hint)) {
 			if h == nil && w&ticketHint != hint && w&ticketHint != 0 {
 				s.contended() // another goroutine leased it last: the line moved
 			}
-			return s, Ticket{w: ticketHeld | hint | w&ticketGen, p: p}, t.Holds(s)
+			tk = Ticket{w: ticketHeld | hint | (w+1)&ticketGen, e: hint | (w+1)&ticketGen, p: (*uint64)(unsafe.Pointer(p))} // heldTicket and wordOf, which do not inline here
+			if !t.Holds(s) {
+				return t.leaseMissed(ctx, key, s, tk)
+			}
+			return s, tk, nil
 		}
 	}
-	if tk, ok = s.Lease(); !ok {
-		return nil, Ticket{}, false
+	var ok bool
+	if tk, ok = s.Lease(t.owner); !ok {
+		return t.leaseMissed(ctx, key, nil, Ticket{})
 	}
-	return s, tk, t.Holds(s)
+	if !t.Holds(s) {
+		return t.leaseMissed(ctx, key, s, tk)
+	}
+	return s, tk, nil
+}
+
+// leaseMissed answers an Acquire that found no value to lease. stale is
+// the slot of a value that a removal took as the lease tk was taken, or
+// nil.
+func (t *Table[K, V]) leaseMissed(ctx context.Context, key K, stale *Slot[K, V], tk Ticket) (*Slot[K, V], Ticket, error) {
+	if ctx == leaseNoMiss || t.leaseMiss == nil {
+		return stale, tk, errMiss
+	}
+	return t.leaseMiss(ctx, key, stale, tk)
+}
+
+// leaseNoMiss is the context Lease gives Acquire, so that its miss comes
+// back rather than into the miss function. A context of its own, never
+// NoMiss: a caller of a cache's Acquire may pass NoMiss, and must not get
+// back a lease with an error.
+var leaseNoMiss context.Context = &noMissCtx{context.Background()}
+
+// Lease is Acquire without the miss: it returns key's slot and a lease of
+// its value, if the slot is Ready and the table is not closed. With ok
+// false and tk valid, a removal (InvalidateState) raced the lease: s no
+// longer holds the value for the table, and the caller must end tk at once
+// (and release the value, if EndLease says it was the last lease).
+func (t *Table[K, V]) Lease(key K) (s *Slot[K, V], tk Ticket, ok bool) {
+	s, tk, err := t.Acquire(leaseNoMiss, key)
+	return s, tk, err == nil
 }
 
 // Load returns key's value if its slot is Ready and the table is not closed.
