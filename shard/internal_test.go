@@ -61,3 +61,41 @@ func TestHandleSizeClassIsNotASlots(t *testing.T) {
 		t.Errorf("a Handle and a Slot of a uint64 key are both %d bytes", h)
 	}
 }
+
+// A lease finds its P's first line by the mask kept in contended, which is
+// the lines' own once grow made them and 0 (line 0, inside any lines) in
+// the moment between; the count and the watch bit around it are left as
+// they were.
+func TestLineOfIsThePsFirstLine(t *testing.T) {
+	for _, procs := range []int{1, 2, 3, 16, 64, 200} {
+		tb := new(leaseTable)
+		tb.contended.Store(contendedWatch | growAfter)
+		n := min(ceilPow2(linesPerP*procs), maxLines)
+		h := newLines(n)
+		tb.lines.Store(h)
+		for pid := range uint64(2*procs + 5) {
+			if got := lineOf(tb, h, pid); got != lineAt(h, uint64(0)) {
+				t.Fatalf("GOMAXPROCS %d, before the mask is stored: P %d gets line %d, want 0", procs, pid, lineIndex(h, got))
+			}
+		}
+		tb.contended.Or(uint64(n-1) << contendedMaskShift)
+		for pid := range uint64(2*procs + 5) {
+			if got, want := lineOf(tb, h, pid), lineAt(h, pid*linesPerP); got != want {
+				t.Fatalf("GOMAXPROCS %d: P %d gets line %d, want %d", procs, pid, lineIndex(h, got), lineIndex(h, want))
+			}
+		}
+		if c := tb.contended.Load(); c&contendedCount != growAfter || c&contendedWatch == 0 {
+			t.Fatalf("contended is %#x: the count or the watch bit changed", c)
+		}
+	}
+	// grow stores the mask of the lines it made.
+	tb := new(leaseTable)
+	h := tb.grow()
+	if got, want := tb.contended.Load()>>contendedMaskShift, h.tickets[0].Load(); got != want {
+		t.Fatalf("grow left mask %d in contended, its lines' is %d", got, want)
+	}
+}
+
+func lineIndex(h, l *leaseLine) int {
+	return int((uintptr(unsafe.Pointer(l))-uintptr(unsafe.Pointer(h)))/unsafe.Sizeof(*h)) - 1
+}

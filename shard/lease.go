@@ -104,9 +104,13 @@ type leaseTable struct {
 	extra   atomic.Uint64               // overflow leases outstanding, | extraGone
 	drain   atomic.Int64                // see the comment above
 	lines   atomic.Pointer[leaseLine]   // the header of the lines made on contention, or sealedLines
-	// contended counts the leases that found the first ticket held, up to
-	// growAfter; its top bit records that Watch was ever called, for the
-	// lines made after it (see grow).
+	// contended counts, in its low bits (contendedCount), the leases that
+	// found the first ticket held, up to growAfter (and beyond it by the
+	// leases that raced the growth). Once grow made lines, its bits from
+	// contendedMaskShift hold their mask, so that a lease finds its P's
+	// line with the lines pointer, which is in the same cache line, and
+	// does not read the lines' header. Its top bit records that Watch was
+	// ever called, for the lines made after it (see grow).
 	contended atomic.Uint64
 	_         [leaseTablePad]byte
 	// straggler is the *Flight[V] of the straggler marked on this slot
@@ -129,7 +133,12 @@ type leaseTable struct {
 // same time, whose tables are made then) share none.
 const leaseTablePad = 128 - 8*leaseTickets - 8 - 8 - 8 - 8 - 4*unsafe.Sizeof(uintptr(0)) // lines: 8 bytes on 32-bit too (contended is 8-aligned); straggler and handle: a word each; owner: two
 
-const contendedWatch = 1 << 63 // in leaseTable.contended
+// Bits of leaseTable.contended.
+const (
+	contendedWatch     = 1 << 63
+	contendedMaskShift = 48 // the lines' mask, 0 until grow stores it; maxLines-1 fits below contendedWatch
+	contendedCount     = 1<<contendedMaskShift - 1
+)
 
 // leaseLine is one goroutine's line of tickets (see the comment above),
 // 128 bytes: adjacent-line prefetching pairs 64-byte lines, as shard's
@@ -141,12 +150,24 @@ type leaseLine struct {
 
 // lineAt returns line i of the lines whose header is h. The header's first
 // word holds the mask of the lines' number, a power of two.
+func lineAt[W ~uint64](h *leaseLine, i W) *leaseLine {
+	return line(h, i&W(h.tickets[0].Load()))
+}
+
+// line returns line i of the lines whose header is h, i no greater than
+// their mask.
 //
 // Safety: h is the first of mask+2 lines of one allocation (newLines), and
-// i&mask+1 <= mask+1 stays inside it.
-func lineAt[W ~uint64](h *leaseLine, i W) *leaseLine {
-	mask := W(h.tickets[0].Load())
-	return (*leaseLine)(unsafe.Add(unsafe.Pointer(h), uintptr(i&mask+1)*unsafe.Sizeof(*h)))
+// i+1 <= mask+1 stays inside it.
+func line[W ~uint64](h *leaseLine, i W) *leaseLine {
+	return (*leaseLine)(unsafe.Add(unsafe.Pointer(h), uintptr(i+1)*unsafe.Sizeof(*h)))
+}
+
+// lineOf returns the first line of the P pid in tb, whose lines are h: the
+// mask is contended's, which is no greater than h's (it is 0 until grow,
+// having published h, stores h's, and h, once lines, never changes).
+func lineOf[W ~uint64](tb *leaseTable, h *leaseLine, pid W) *leaseLine {
+	return line(h, pid*linesPerP&(W(tb.contended.Load())>>contendedMaskShift&(maxLines-1)))
 }
 
 // newLines returns the header of n fresh lines, n a power of two.
@@ -346,7 +367,7 @@ func (s *Slot[K, V]) Lease(owner any) (t Ticket, ok bool) {
 // GOMAXPROCS 1 there is no other core to keep a line from), and it returns
 // them, or nil if there are none.
 func (tb *leaseTable) contend() *leaseLine {
-	if c := tb.contended.Load(); c&^contendedWatch < growAfter && tb.contended.Add(1)&^contendedWatch == growAfter && runtime.GOMAXPROCS(0) > 1 {
+	if c := tb.contended.Load(); c&contendedCount < growAfter && tb.contended.Add(1)&contendedCount == growAfter && runtime.GOMAXPROCS(0) > 1 {
 		return tb.grow()
 	}
 	return tb.lines.Load()
@@ -368,10 +389,11 @@ func (tb *leaseTable) grow() *leaseLine {
 	if !tb.lines.CompareAndSwap(nil, h) {
 		return tb.lines.Load()
 	}
-	// Watch marks the lines it finds; lines made after it started are
-	// marked here (Watch sets contendedWatch, then loads lines; this
-	// stores lines, then loads contended: one of the two sees the other).
-	if tb.contended.Load()&contendedWatch != 0 {
+	// The mask goes where leases find it (lineOf). Watch marks the lines
+	// it finds; lines made after it started are marked here (Watch sets
+	// contendedWatch, then loads lines; this stores lines, then reads
+	// contended: one of the two sees the other).
+	if tb.contended.Or(uint64(n-1)<<contendedMaskShift)&contendedWatch != 0 {
 		for i := range n {
 			for j := range leaseTickets {
 				lineAt(h, uint64(i)).tickets[j].Or(ticketWatched)

@@ -616,7 +616,7 @@ probe:
 		if h != nil {
 			pid := procPin()
 			procUnpin()
-			p = &lineAt(h, uint64(pid)*linesPerP).tickets[0]
+			p = &lineOf(tb, h, uint64(pid)).tickets[0]
 		}
 		if w := p.Load(); w&(ticketGone|ticketHeld|ticketWatched) == 0 && p.CompareAndSwap(w, taken(w, hint)) {
 			if h == nil && w&ticketHint != hint && w&ticketHint != 0 {
