@@ -166,5 +166,9 @@ func (c *Cache[K, V]) acquire(ctx context.Context, key K) (Lease[K, V], error) {
 // eviction's handle) gives the cache as its owner, so a Lease need not
 // carry it, and stays four words.
 func owner[K comparable, V any](s *shard.Slot[K, V]) *Cache[K, V] {
-	return s.Owner().(*Cache[K, V])
+	c, ok := s.Owner().(*Cache[K, V])
+	if !ok {
+		panic(fmt.Sprintf("epcache: the lease of key %v was not made by a Cache[K, V] of these types", s.Key()))
+	}
+	return c
 }

@@ -206,9 +206,9 @@ var abandoned = func() *leaseTable {
 // that TryEnd is a compare-and-swap of three loaded fields and nothing
 // else: a cache's Release, which calls it, then fits the inliner's budget.
 type Ticket struct {
-	w uint64  // held | generation, | ticketSlow or ticketOverflow
+	w uint64  // held | hint | generation, as the lease left the ticket, | ticketSlow or ticketOverflow
 	e uint64  // w without held: what the end leaves in the ticket
-	p *uint64 // the ticket, an atomic.Uint64 (a plain pointer, so that TryEnd converts nothing: see there)
+	p *uint64 // the ticket, an atomic.Uint64, only ever accessed atomically: a plain pointer, so that TryEnd's CAS takes the field as it is (see wordOf)
 }
 
 // heldTicket returns the Ticket of a lease that took p, leaving w in it.
@@ -221,7 +221,7 @@ func heldTicket(w uint64, p *uint64) Ticket { return Ticket{w: w, e: w &^ ticket
 func wordOf(p *atomic.Uint64) *uint64 { return (*uint64)(unsafe.Pointer(p)) }
 
 // Valid reports whether t was handed out by Lease (whether or not it has
-// ended since).
+// ended since), or is Unheld's: false only for the zero Ticket.
 func (t Ticket) Valid() bool { return t.p != nil }
 
 // Unheld returns a Ticket that holds no lease and that no end ever ends:
@@ -248,11 +248,12 @@ func (s *Slot[K, V]) leaseTable(owner any) *leaseTable {
 }
 
 // Owner returns the owner given to the call that made s's lease table
-// (Lease, LeaseFor, Watch, MarkStraggler or Track), or nil if s has none.
-// A cache gives itself, so that the end of a lease, which holds the slot
+// (Lease, LeaseFor, Watch, MarkStraggler or Track), or nil if s has no
+// lease table. A cache gives itself, so that the end of a lease, which holds the slot
 // and a Ticket but not the cache, finds the cache here: every call on the
 // slots of one table gives the same owner (Table.SetOwner's, on the
-// table's own calls).
+// table's own calls). A slot whose value left the table before its first
+// lease has no owner either: no lease of it is ever handed out.
 func (s *Slot[K, V]) Owner() any {
 	if tb := s.leases.Load(); tb != nil {
 		return tb.owner

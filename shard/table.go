@@ -562,10 +562,11 @@ func (t *Table[K, V]) equal(a, b K) bool {
 // and the table is not closed (see [Slot.Lease]), and otherwise whatever
 // the function given to SetLeaseMiss returns; without that function (or
 // from Lease), a miss is an error, and a lease that a removal raced (see
-// Lease) is returned with it for the caller to end. A hit takes no lock
-// and allocates nothing: it is the whole hit path of a cache's Acquire in
-// one call, so that Acquire can be a one-call wrapper that inlines into
-// its callers, as Get's does.
+// Lease) is returned with it for the caller to end. A hit takes no lock,
+// and allocates only what Slot.Lease does (a value's first lease table,
+// its lines, a lease beyond every ticket): it is the whole hit path of a
+// cache's Acquire in one call, so that Acquire can be a one-call wrapper
+// that inlines into its callers, as Get's does.
 func (t *Table[K, V]) Acquire(ctx context.Context, key K) (s *Slot[K, V], tk Ticket, err error) {
 	// An integer key is hashed here, as Get hashes it: Hash does not
 	// inline, and a call costs the lease as much as the mix itself.
