@@ -38,7 +38,7 @@ func LeaseLines[K comparable, V any](s *Slot[K, V]) int {
 	if h == nil || h == sealedLines {
 		return 0
 	}
-	return int(h.tickets[0].Load() + 1)
+	return int(h.mask.Load() + 1)
 }
 
 // OnLine reports whether t is a ticket of one of s's grown lines, not of
@@ -49,7 +49,7 @@ func OnLine[K comparable, V any](s *Slot[K, V], t Ticket) bool {
 	if h == nil || h == sealedLines {
 		return false
 	}
-	for i := range h.tickets[0].Load() + 1 {
+	for i := range h.mask.Load() + 1 {
 		l := lineAt(h, i)
 		for j := range l.tickets {
 			if t.p == wordOf(&l.tickets[j]) {
@@ -72,4 +72,15 @@ func GrowLeaseLines[K comparable, V any](s *Slot[K, V]) {
 // ticket holds the taken word.
 func JustTaken(t Ticket) bool {
 	return t == heldTicket(t.w, t.p) && atomic.LoadUint64(t.p) == t.w
+}
+
+// Hint returns the hint of the goroutine that took t's ticket (its
+// stackHint), and the P it recorded.
+func Hint(t Ticket) (hint, p uint64) { return t.w & ticketHint, t.w & ticketP >> 42 }
+
+// PID returns the id of the P running the caller.
+func PID() int {
+	pid := procPin()
+	procUnpin()
+	return pid
 }

@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"math"
+	"runtime"
 	"testing"
 	"unsafe"
 )
@@ -91,11 +93,46 @@ func TestLineOfIsThePsFirstLine(t *testing.T) {
 	// grow stores the mask of the lines it made.
 	tb := new(leaseTable)
 	h := tb.grow()
-	if got, want := tb.contended.Load()>>contendedMaskShift, h.tickets[0].Load(); got != want {
+	if got, want := tb.contended.Load()>>contendedMaskShift, h.mask.Load(); got != want {
 		t.Fatalf("grow left mask %d in contended, its lines' is %d", got, want)
 	}
 }
 
 func lineIndex(h, l *leaseLine) int {
-	return int((uintptr(unsafe.Pointer(l))-uintptr(unsafe.Pointer(h)))/unsafe.Sizeof(*h)) - 1
+	return int((uintptr(unsafe.Pointer(l)) - uintptr(unsafe.Pointer(h))) / unsafe.Sizeof(*h))
+}
+
+// A grown value costs what lease.go says, as the allocator counts it (size
+// classes included): 128 bytes a line, lines a power of two, so that no
+// allocation is rounded up, beside the 128-byte table.
+func TestGrownTableMemory(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, c := range []struct{ procs, bytes int }{
+		{2, 1 << 10}, {3, 2 << 10}, {4, 2 << 10}, {8, 4 << 10}, {16, 8 << 10}, {64, 8 << 10},
+	} {
+		runtime.GOMAXPROCS(c.procs)
+		// The least of a few rounds: the runtime allocates now and then
+		// for itself (after GOMAXPROCS changed, above all).
+		got := math.MaxInt
+		for range 5 {
+			const n = 200
+			tables := make([]*leaseTable, n)
+			for i := range tables {
+				tables[i] = new(leaseTable)
+			}
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			for _, tb := range tables {
+				tb.grow()
+			}
+			runtime.ReadMemStats(&after)
+			got = min(got, int(after.TotalAlloc-before.TotalAlloc)/n)
+		}
+		if got != c.bytes {
+			t.Errorf("GOMAXPROCS %d: growing a value's lines allocates %d bytes, want %d", c.procs, got, c.bytes)
+		}
+		if got := unsafe.Sizeof(leaseTable{}); got != 128 {
+			t.Errorf("a lease table is %d bytes, want 128", got)
+		}
+	}
 }

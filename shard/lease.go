@@ -23,35 +23,49 @@ import (
 //	bit 62: held
 //	bit 61: watched (see Watch)
 //	bits 50-57: the hint of the goroutine that took it last (stackHint)
-//	bits 0-49: generation, advanced by every lease that takes it (and wrapping)
+//	bits 42-49: the P that goroutine ran on when it took the ticket over
+//	bits 0-41: generation, advanced by every lease that takes it (and wrapping)
 //
 // A lease claims a free ticket by a CAS that sets held and advances the
 // generation, and ends by a CAS that clears held, which must find the word
 // it was handed: a Ticket ended twice finds held clear, or another
 // generation, and gets ErrLeaseEnded, even if the ticket has been handed
-// out again meanwhile. So
-// a lease costs one CAS to take and one to end, and nothing else: no lock,
-// no allocation.
+// out again meanwhile. So a lease costs one CAS to take and one to end,
+// and nothing else: no lock, no allocation.
 //
 // Where the tickets are decides whether leases scale with cores. The table
-// has one line of eight tickets, enough while one goroutine at a time
-// leases the value. When the value's leases keep coming from several
-// goroutines (growAfter times a lease finds the first ticket held by
-// another, or last taken by another: on several cores, each such lease
-// moves the line from core to core), the table grows lines of their own,
-// linesPerP 128-byte lines of eight tickets for each P (GOMAXPROCS at the
-// growth, at most maxLines lines in all: beyond 16 Ps, Ps share lines). A
-// lease then takes a ticket on the first line of the P that runs it, which
-// only that P writes while it holds fewer than eight leases of the value:
-// two cores leasing one value write two lines, each of which stays in its
-// core's cache, and the value scales with cores as a Get does. A goroutine
-// that moves to another P before it ends its lease writes the old P's line
-// once.
+// has one line of eight tickets, enough while the value's leases come from
+// one core. A line written from two cores moves between their caches at
+// every lease, so the table counts the evidence of that: a lease that
+// finds the first ticket held, or last taken, by a goroutine with another
+// hint on another P. The P is what matters, not the goroutine: two
+// goroutines taking turns on one P write the line from one cache, and one
+// goroutine holding two leases at once, or leasing from two depths of its
+// stack (which change its hint), is not counted, because its P is the one
+// the ticket records. A lease reads its P (procPin) only when its hint
+// differs from the ticket's, so a value leased by one goroutine after
+// another pays for it, and one leased again and again by the same
+// goroutine does not. After growAfter such leases, at GOMAXPROCS above 1,
+// the table grows lines of their own: linesPerP 128-byte lines of eight
+// tickets for each P (GOMAXPROCS at the growth, at most maxLines lines in
+// all: beyond 16 Ps, Ps share lines). A lease then takes a ticket on the
+// first line of the P that runs it, which only that P writes while it
+// holds fewer than eight leases of the value: two cores leasing one value
+// write two lines, each of which stays in its core's cache, and the value
+// scales with cores as a Get does. A goroutine that moves to another P
+// before it ends its lease writes the old P's line once. The count is
+// kept, not the GOMAXPROCS of the moment it was reached: a value whose
+// evidence came while GOMAXPROCS was 1 (a goroutine moved between Ps as
+// GOMAXPROCS fell) grows at its next evidence once GOMAXPROCS is above 1.
+// One goroutine that both leases from call depths far apart and moves to
+// another P between leases is taken for two, once per move.
 //
-// Growth costs memory, which is why it waits for a sign of several cores:
-// (lines+1)×128 bytes beside the 128-byte table, 1.1 KiB at GOMAXPROCS 2
-// and 8.1 KiB at 16 and beyond (maxLines bounds it). A value leased by
-// one goroutine at a time, or at GOMAXPROCS 1, never grows.
+// Growth costs memory, which is why it waits for evidence of several
+// cores: 128 bytes a line, lines a power of two, so that the allocation is
+// a size class of its own with nothing rounded up (TestGrownTableMemory):
+// beside the 128-byte table, 1 KiB at GOMAXPROCS 2, 2 KiB at 3 and 4,
+// 4 KiB at 5 to 8, and 8 KiB at 9 and beyond (maxLines bounds it). A value
+// leased from one core at a time, or at GOMAXPROCS 1, never grows.
 //
 // More than eight leases of one line held at once look for a free ticket
 // on the other lines, and past them all take overflow leases, which
@@ -71,20 +85,25 @@ const (
 	ticketGone    = 1 << 63
 	ticketHeld    = 1 << 62
 	ticketWatched = 1 << 61
-	ticketHint    = 0xff << 50 // who took the ticket last (stackHint), so that a lease can tell that the value moved
-	ticketGen     = 1<<50 - 1
+	ticketHint    = 0xff << 50 // who took the ticket last (stackHint)
+	ticketP       = 0xff << 42 // the P of the goroutine that took the ticket over from another (pidBits)
+	ticketGen     = 1<<42 - 1
 	// Bits of a Ticket's word, never of a ticket's: a lease whose Ticket
 	// has one of them ends on EndLease's slow path (the fast path's CAS
 	// cannot match).
 	ticketSlow     = 1 << 60 // taken watched: its end must report it
 	ticketOverflow = 1 << 59 // an overflow lease: its word is its own
 	extraGone      = 1 << 62 // in leaseTable.extra, above any count
+	extraNoted     = 1 << 61 // in leaseTable.extra: see Slot.Note
+	extraCount     = extraNoted - 1
 )
 
-// growAfter is how many leases of a value must find its first ticket held
-// by another goroutine, or last taken by another, before the table grows
-// lines: a value leased by two goroutines now and then is not worth a
-// kilobyte.
+// pidBits is the ticket's P field for the P pid.
+func pidBits[W ~uint64](pid int) W { return W(pid&0xff) << 42 }
+
+// growAfter is how many leases of a value must find its first ticket held,
+// or last taken, by a goroutine on another P before the table grows lines:
+// a value leased from two cores now and then is not worth a kilobyte.
 const growAfter = 16
 
 // linesPerP is how many lines a table grows for each P: a P's leases take
@@ -101,16 +120,17 @@ const maxLines = 64
 // beside them, so that a slot that needs none costs one pointer.
 type leaseTable struct {
 	tickets [leaseTickets]atomic.Uint64 // the first line: every lease's, until lines are made
-	extra   atomic.Uint64               // overflow leases outstanding, | extraGone
+	extra   atomic.Uint64               // overflow leases outstanding, | extraGone, | extraNoted
 	drain   atomic.Int64                // see the comment above
-	lines   atomic.Pointer[leaseLine]   // the header of the lines made on contention, or sealedLines
+	lines   atomic.Pointer[leaseLine]   // the first of the lines made on contention, or sealedLines
 	// contended counts, in its low bits (contendedCount), the leases that
-	// found the first ticket held, up to growAfter (and beyond it by the
-	// leases that raced the growth). Once grow made lines, its bits from
-	// contendedMaskShift hold their mask, so that a lease finds its P's
-	// line with the lines pointer, which is in the same cache line, and
-	// does not read the lines' header. Its top bit records that Watch was
-	// ever called, for the lines made after it (see grow).
+	// found the first line used from another P, up to growAfter (and
+	// beyond it by the leases that raced the growth). Once grow made
+	// lines, its bits from contendedMaskShift hold their mask, so that a
+	// lease finds its P's line with the lines pointer, which is in the
+	// same cache line, and does not read the first line's mask. Its top
+	// bit records that Watch was ever called, for the lines made after it
+	// (see grow).
 	contended atomic.Uint64
 	_         [leaseTablePad]byte
 	// straggler is the *Flight[V] of the straggler marked on this slot
@@ -140,27 +160,32 @@ const (
 	contendedCount     = 1<<contendedMaskShift - 1
 )
 
-// leaseLine is one goroutine's line of tickets (see the comment above),
-// 128 bytes: adjacent-line prefetching pairs 64-byte lines, as shard's
-// shardPadded says.
+// leaseLine is one P's line of tickets (see the comment above), 128
+// bytes: adjacent-line prefetching pairs 64-byte lines, as shard's
+// shardPadded says. The first line of a table's lines also holds their
+// mask, in the half of its 128 bytes that no ticket is in, so that the
+// lines are one allocation of 128 bytes times a power of two, a size class
+// of that exact size whose objects start on a boundary of it: no line is
+// shared with another object, and nothing is rounded up.
 type leaseLine struct {
 	tickets [leaseTickets]atomic.Uint64
-	_       [128 - 8*leaseTickets]byte
+	mask    atomic.Uint64 // of the first line: the number of lines less one, a power of two less one
+	_       [128 - 8*leaseTickets - 8]byte
 }
 
-// lineAt returns line i of the lines whose header is h. The header's first
-// word holds the mask of the lines' number, a power of two.
+// lineAt returns line i (modulo their number) of the lines whose first is
+// h.
 func lineAt[W ~uint64](h *leaseLine, i W) *leaseLine {
-	return line(h, i&W(h.tickets[0].Load()))
+	return line(h, i&W(h.mask.Load()))
 }
 
-// line returns line i of the lines whose header is h, i no greater than
+// line returns line i of the lines whose first is h, i no greater than
 // their mask.
 //
-// Safety: h is the first of mask+2 lines of one allocation (newLines), and
-// i+1 <= mask+1 stays inside it.
+// Safety: h is the first of mask+1 lines of one allocation (newLines), and
+// i <= mask stays inside it.
 func line[W ~uint64](h *leaseLine, i W) *leaseLine {
-	return (*leaseLine)(unsafe.Add(unsafe.Pointer(h), uintptr(i+1)*unsafe.Sizeof(*h)))
+	return (*leaseLine)(unsafe.Add(unsafe.Pointer(h), uintptr(i)*unsafe.Sizeof(*h)))
 }
 
 // lineOf returns the first line of the P pid in tb, whose lines are h: the
@@ -170,10 +195,10 @@ func lineOf[W ~uint64](tb *leaseTable, h *leaseLine, pid W) *leaseLine {
 	return line(h, pid*linesPerP&(W(tb.contended.Load())>>contendedMaskShift&(maxLines-1)))
 }
 
-// newLines returns the header of n fresh lines, n a power of two.
+// newLines returns the first of n fresh lines, n a power of two.
 func newLines(n int) *leaseLine {
-	ls := make([]leaseLine, n+1)
-	ls[0].tickets[0].Store(uint64(n - 1))
+	ls := make([]leaseLine, n)
+	ls[0].mask.Store(uint64(n - 1))
 	return &ls[0]
 }
 
@@ -261,9 +286,10 @@ func (s *Slot[K, V]) Owner() any {
 	return nil
 }
 
-// take claims p's ticket if it is free. gone reports that the value has
-// left the table.
-func take(p *atomic.Uint64, hint uint64) (t Ticket, ok, gone bool) {
+// take claims p's ticket if it is free, for a lease of a goroutine with
+// hint on the P whose pidBits are pb. gone reports that the value has left
+// the table.
+func take(p *atomic.Uint64, hint, pb uint64) (t Ticket, ok, gone bool) {
 	for {
 		w := p.Load()
 		switch {
@@ -271,9 +297,11 @@ func take(p *atomic.Uint64, hint uint64) (t Ticket, ok, gone bool) {
 			return Ticket{}, false, true
 		case w&ticketHeld != 0:
 			return Ticket{}, false, false
-		case p.CompareAndSwap(w, taken(w, hint)):
-			t = heldTicket(ticketHeld|hint|(w+1)&ticketGen, wordOf(p))
-			if w&ticketWatched != 0 {
+		}
+		nw := taken(w, hint)&^ticketP | pb
+		if p.CompareAndSwap(w, nw) {
+			t = heldTicket(nw&^ticketWatched, wordOf(p))
+			if nw&ticketWatched != 0 {
 				t.w |= ticketSlow // TryEnd cannot match it
 			}
 			return t, true, false
@@ -282,15 +310,23 @@ func take(p *atomic.Uint64, hint uint64) (t Ticket, ok, gone bool) {
 }
 
 // taken is the word of a free ticket w once a lease with hint has taken
-// it: held, and the next generation.
+// it: held, and the next generation. The P stays w's: a lease that takes
+// the ticket over from another goroutine sets its own (Table.Acquire).
 func taken[W ~uint64](w, hint W) W {
 	return w&^(ticketHint|ticketGen) | (w+1)&ticketGen | ticketHeld | hint
 }
 
+// movedFrom reports whether w, a ticket, was taken last by a goroutine
+// that is not the one with hint on the P whose pidBits are pb: another
+// goroutine on another P (see the comment at the top).
+func movedFrom[W ~uint64](w, hint, pb W) bool {
+	return w&ticketHint != hint && w&ticketHint != 0 && w&ticketP != pb
+}
+
 // takeLine claims a free ticket of line l.
-func takeLine(l *[leaseTickets]atomic.Uint64, hint uint64) (t Ticket, ok, gone bool) {
+func takeLine(l *[leaseTickets]atomic.Uint64, hint, pb uint64) (t Ticket, ok, gone bool) {
 	for j := range l {
-		if t, ok, gone = take(&l[j], hint); ok || gone {
+		if t, ok, gone = take(&l[j], hint, pb); ok || gone {
 			return t, ok, gone
 		}
 	}
@@ -330,23 +366,26 @@ func procUnpin()
 func (s *Slot[K, V]) Lease(owner any) (t Ticket, ok bool) {
 	var anchor byte
 	hint := stackHint[uint64](&anchor)
+	pid := procPin()
+	procUnpin()
+	pb := pidBits[uint64](pid)
 	tb := s.leaseTable(owner)
 	h := tb.lines.Load()
-	if h == nil && tb.tickets[0].Load()&ticketHeld != 0 {
-		h = tb.contend()
+	if h == nil {
+		if w := tb.tickets[0].Load(); w&ticketHeld != 0 && movedFrom(w, hint, pb) {
+			h = tb.contend() // held by another goroutine, on another P
+		}
 	}
 	var gone bool
 	if h != nil {
-		first := uint64(procPin()) * linesPerP
-		procUnpin()
-		mask := h.tickets[0].Load()
-		for i := range mask + 1 {
-			if t, ok, gone = takeLine(&lineAt(h, first+i).tickets, hint); ok || gone {
+		first := uint64(pid) * linesPerP
+		for i := range h.mask.Load() + 1 {
+			if t, ok, gone = takeLine(&lineAt(h, first+i).tickets, hint, pb); ok || gone {
 				return t, ok
 			}
 		}
 	}
-	if t, ok, gone = takeLine(&tb.tickets, hint); ok || gone {
+	if t, ok, gone = takeLine(&tb.tickets, hint, pb); ok || gone {
 		return t, ok
 	}
 	for {
@@ -362,20 +401,25 @@ func (s *Slot[K, V]) Lease(owner any) (t Ticket, ok bool) {
 	}
 }
 
-// contend counts a lease that found the value's first line in use from
-// another goroutine: its first ticket held, or last taken by another
-// goroutine (Table.Acquire tells). The growAfter-th makes tb's lines (at
-// GOMAXPROCS 1 there is no other core to keep a line from), and it returns
-// them, or nil if there are none.
+// contend counts a lease that found the value's first line used from
+// another P: its first ticket held, or last taken, by a goroutine on
+// another P (movedFrom). From the growAfter-th on, it makes tb's lines,
+// unless GOMAXPROCS is 1 now (there is no other core to keep a line from;
+// the count stays, and the next such lease once GOMAXPROCS has risen makes
+// them), and it returns them, or nil if there are none.
 func (tb *leaseTable) contend() *leaseLine {
-	if c := tb.contended.Load(); c&contendedCount < growAfter && tb.contended.Add(1)&contendedCount == growAfter && runtime.GOMAXPROCS(0) > 1 {
+	c := tb.contended.Load()
+	if c&contendedCount < growAfter {
+		c = tb.contended.Add(1)
+	}
+	if c&contendedCount >= growAfter && runtime.GOMAXPROCS(0) > 1 {
 		return tb.grow()
 	}
 	return tb.lines.Load()
 }
 
-// contended is contend for Table.Acquire, which found s's first ticket last
-// taken by another goroutine.
+// contended is contend for Table.Acquire, whose lease took s's first
+// ticket over from a goroutine on another P.
 func (s *Slot[K, V]) contended() {
 	if tb := s.leases.Load(); tb != nil {
 		tb.contend()
@@ -443,7 +487,7 @@ func (s *Slot[K, V]) EndWatchedLease(t Ticket) (last, watched bool, err error) {
 		if w&ticketHeld == 0 || w&ticketGen != gen {
 			return false, false, ErrLeaseEnded
 		}
-		if atomic.CompareAndSwapUint64(t.p, w, w&(ticketGone|ticketHint|ticketGen)) { // and the watch served
+		if atomic.CompareAndSwapUint64(t.p, w, w&(ticketGone|ticketHint|ticketP|ticketGen)) { // and the watch served
 			watched = w&ticketWatched != 0
 			if w&ticketGone != 0 {
 				return tb.drain.Add(-1) == 0, watched, nil
@@ -479,7 +523,7 @@ func (tb *leaseTable) eachTicket(lines *leaseLine, f func(p *atomic.Uint64)) {
 	if lines == nil || lines == sealedLines {
 		return
 	}
-	for i := range lines.tickets[0].Load() + 1 {
+	for i := range lines.mask.Load() + 1 {
 		l := lineAt(lines, i)
 		for j := range l.tickets {
 			f(&l.tickets[j])
@@ -523,8 +567,20 @@ func (s *Slot[K, V]) Abandon() (releaseNow bool) {
 			held++
 		}
 	})
-	held += int64(tb.extra.Or(extraGone) &^ extraGone)
+	held += int64(tb.extra.Or(extraGone) & extraCount)
 	return tb.drain.Add(held) == 0
+}
+
+// Note records a mark of the owner's on s's value, which Noted reports
+// from then on: epcache marks a value whose room it counts as on its way
+// to a waiter, for the end of its last lease to tell. Call it before
+// Abandon, which the end of a last lease follows.
+func (s *Slot[K, V]) Note(owner any) { s.leaseTable(owner).extra.Or(extraNoted) }
+
+// Noted reports whether Note was called for s's value.
+func (s *Slot[K, V]) Noted() bool {
+	tb := s.leases.Load()
+	return tb != nil && tb.extra.Load()&extraNoted != 0
 }
 
 // Leased reports how many leases of s's value are held now. It reads each
@@ -540,7 +596,7 @@ func (s *Slot[K, V]) Leased() int {
 			n++
 		}
 	})
-	return n + int(tb.extra.Load()&^extraGone)
+	return n + int(tb.extra.Load()&extraCount)
 }
 
 // A claimer that wants a lease of the value it creates (epcache's Acquire)

@@ -206,17 +206,22 @@ func TestLeaseAbandonRace(t *testing.T) {
 	}
 }
 
-// A value whose leases keep finding its first ticket held grows lines of
-// tickets of their own, after GrowAfter such leases and not before; later
-// leases take tickets on the lines. Every guarantee holds across them: a
-// lease ended twice is refused (also once its ticket was handed out again),
-// Abandon counts the leases held on the lines, and only the last lease's
-// end releases.
+// A value whose first ticket a goroutine on another P holds grows lines
+// of tickets of their own, once GrowAfter leases have found it so, and not
+// before; later leases take tickets on the lines. Every guarantee holds
+// across them: a lease ended twice is refused (also once its ticket was
+// handed out again), Abandon counts the leases held on the lines, and only
+// the last lease's end releases.
 func TestLeaseLinesGrowWithContention(t *testing.T) {
 	atProcs(t, 2)
 	tb, s := readySlot(t)
-	held, ok := s.Lease(nil) // the first ticket, held throughout
-	require.True(t, ok)
+	var held shard.Ticket
+	holder := onOtherP(t, func() {
+		var ok bool
+		held, ok = s.Lease(nil) // the first ticket, held throughout
+		require.True(t, ok)
+	})
+	defer holder()
 	for range shard.GrowAfter - 1 {
 		tk, ok := s.Lease(nil)
 		require.True(t, ok)
@@ -225,8 +230,19 @@ func TestLeaseLinesGrowWithContention(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.Zero(t, shard.LeaseLines(s), "grown before GrowAfter leases found the first ticket held")
-	tk, ok := s.Lease(nil) // the GrowAfter-th
-	require.True(t, ok)
+	var tk shard.Ticket
+	for n := 0; shard.LeaseLines(s) == 0; n++ {
+		// The GrowAfter-th, unless the scheduler moved this goroutine to
+		// the holder's P meanwhile: a hang only if it stays there.
+		require.Less(t, n, 100000, "no lines grown while another P holds the first ticket")
+		var ok bool
+		tk, ok = s.Lease(nil)
+		require.True(t, ok)
+		if shard.LeaseLines(s) == 0 {
+			_, err := s.EndLease(tk)
+			require.NoError(t, err)
+		}
+	}
 	lines := shard.LeaseLines(s)
 	assert.GreaterOrEqual(t, lines, 8, "lines grown: four for each of two Ps")
 	assert.LessOrEqual(t, lines, 64)
@@ -273,49 +289,83 @@ func atProcs(t *testing.T, n int) {
 	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
 }
 
-// A value leased by one goroutine after another, never two at once, also
-// grows lines: each lease writes the ticket the other goroutine wrote last,
-// which on two cores moves its line from one to the other. The table's
-// Lease tells from the ticket who took it last. Four goroutines take turns,
-// so that two of them differing in the stack bits a ticket keeps is enough
-// (two goroutines share those bits one time in 128).
-func TestLeaseLinesGrowWhenLeasesMove(t *testing.T) {
-	atProcs(t, 2)
-	tb, s := readySlot(t)
-	turns := make([]chan bool, 4)
-	for i := range turns {
-		turns[i] = make(chan bool)
-	}
+// onOtherP runs f on a goroutine of its own, which then spins, holding a
+// P, until the returned function is called: the caller runs on another P
+// meanwhile (at GOMAXPROCS 2, the only other), as long as the scheduler
+// does not preempt the spinner.
+func onOtherP(t *testing.T, f func()) (stop func()) {
+	var ran, done atomic.Bool
 	var wg sync.WaitGroup
-	for i := range turns {
+	wg.Go(func() {
+		f()
+		ran.Store(true)
+		for !done.Load() {
+		}
+	})
+	for !ran.Load() {
+		runtime.Gosched()
+	}
+	return func() {
+		done.Store(true)
+		wg.Wait()
+	}
+}
+
+// takeTurns runs step(i) on two goroutines i = 0 and 1, one after the
+// other, until step returns false. Each spins while it waits for its turn,
+// so that both hold a P throughout: at GOMAXPROCS 2 or more they run on
+// two Ps, as two goroutines leasing one value from two cores do.
+func takeTurns(step func(turn int) bool) {
+	var turn atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for i := range 2 {
 		wg.Go(func() {
-			for range turns[i] {
-				got, tk, ok := tb.Lease(1)
-				if !ok || got != s {
-					t.Error("no lease of a ready value")
+			for n := int64(i); ; n += 2 {
+				for turn.Load() != n {
+					if stop.Load() {
+						return
+					}
+				}
+				if stop.Load() || !step(int(n)) {
+					stop.Store(true)
 					return
 				}
-				if _, err := s.EndLease(tk); err != nil {
-					t.Error(err)
-				}
-				turns[i] <- true
+				turn.Add(1)
 			}
 		})
 	}
-	grown := -1
-	for round := range 200 {
-		if shard.LeaseLines(s) > 0 {
-			grown = round
-			break
-		}
-		g := turns[round%len(turns)]
-		g <- true
-		<-g
-	}
-	for _, g := range turns {
-		close(g)
-	}
 	wg.Wait()
+}
+
+// A value leased by one goroutine after another, never two at once, also
+// grows lines when the two run on two Ps: each lease writes the ticket the
+// other goroutine wrote last, which moves its line from one core to the
+// other. The table's Acquire tells from the ticket who took it last, and
+// on which P.
+func TestLeaseLinesGrowWhenLeasesMove(t *testing.T) {
+	atProcs(t, 2)
+	tb, s := readySlot(t)
+	grown := -1
+	takeTurns(func(turn int) bool {
+		if shard.LeaseLines(s) > 0 {
+			grown = turn
+			return false
+		}
+		if turn > 100000 {
+			return false // a hang: the check below fails
+		}
+		got, tk, ok := tb.Lease(1)
+		if !ok || got != s {
+			t.Error("no lease of a ready value")
+			return false
+		}
+		if _, err := s.EndLease(tk); err != nil {
+			t.Error(err)
+			return false
+		}
+		return true
+	})
 	require.GreaterOrEqual(t, grown, shard.GrowAfter, "lines grown after %d leases, before GrowAfter moves", grown)
 	assert.Zero(t, s.Leased())
 
@@ -330,13 +380,133 @@ func TestLeaseLinesGrowWhenLeasesMove(t *testing.T) {
 	assert.Zero(t, shard.LeaseLines(s2), "lines grown for leases of one goroutine")
 }
 
+// One goroutine holding two leases of a value at once (a lease inside a
+// lease: a send helper called while its caller holds the connection) is
+// not two goroutines: its second lease finds the first ticket held, by
+// itself, and grows nothing, at any GOMAXPROCS.
+func TestLeaseLinesNotForNestedLeasesOfOneGoroutine(t *testing.T) {
+	for _, procs := range []int{2, 16} {
+		atProcs(t, procs)
+		tb, s := readySlot(t)
+		for range 40 {
+			_, outer, ok := tb.Lease(1)
+			require.True(t, ok)
+			_, inner, ok := tb.Lease(1)
+			require.True(t, ok)
+			_, err := s.EndLease(inner)
+			require.NoError(t, err)
+			_, err = s.EndLease(outer)
+			require.NoError(t, err)
+		}
+		assert.Zero(t, shard.LeaseLines(s), "GOMAXPROCS %d: lines grown for one goroutine's nested leases", procs)
+	}
+}
+
+// One goroutine leasing a value from two depths of its stack, 20 KiB
+// apart, has two hints (they come from the stack's address), but one P:
+// it grows nothing.
+func TestLeaseLinesNotForOneGoroutineAtTwoDepths(t *testing.T) {
+	atProcs(t, 2)
+	tb, s := readySlot(t)
+	var hints [2]uint64
+	lease := func(depth int) {
+		_, tk, ok := tb.Lease(1)
+		require.True(t, ok)
+		hints[depth], _ = shard.Hint(tk)
+		_, err := s.EndLease(tk)
+		require.NoError(t, err)
+	}
+	for range 40 {
+		lease(0)
+		atDepth(20<<10, func() { lease(1) })
+	}
+	require.NotEqual(t, hints[0], hints[1], "the two depths share a hint: the test shows nothing")
+	assert.Zero(t, shard.LeaseLines(s), "lines grown for one goroutine leasing from two depths")
+}
+
+// atDepth calls f with about n more bytes of the stack in use.
+//
+//go:noinline
+func atDepth(n int, f func()) {
+	var pad [1024]byte
+	if n <= len(pad) {
+		f()
+		return
+	}
+	atDepth(n-len(pad), f)
+	runtime.KeepAlive(&pad)
+}
+
+// Growth stays possible after GOMAXPROCS rises: leases that moved between
+// goroutines while GOMAXPROCS was 1 (one core: nothing to grow for) do not
+// use up the evidence, and the same value grows once its leases come from
+// two Ps.
+func TestLeaseLinesGrowAfterGOMAXPROCSRises(t *testing.T) {
+	atProcs(t, 1)
+	tb, s := readySlot(t)
+	turns := make([]chan bool, 4)
+	for i := range turns {
+		turns[i] = make(chan bool)
+	}
+	var wg sync.WaitGroup
+	for i := range turns {
+		wg.Go(func() {
+			for range turns[i] {
+				_, tk, ok := tb.Lease(1)
+				if !ok {
+					t.Error("no lease of a ready value")
+				} else if _, err := s.EndLease(tk); err != nil {
+					t.Error(err)
+				}
+				turns[i] <- true
+			}
+		})
+	}
+	for round := range 30 * shard.GrowAfter {
+		g := turns[round%len(turns)]
+		g <- true
+		<-g
+	}
+	for _, g := range turns {
+		close(g)
+	}
+	wg.Wait()
+	require.Zero(t, shard.LeaseLines(s), "lines grown at GOMAXPROCS 1")
+
+	runtime.GOMAXPROCS(4)
+	moves := 0
+	takeTurns(func(turn int) bool {
+		if shard.LeaseLines(s) > 0 || turn > 100000 {
+			return false
+		}
+		moves++
+		_, tk, ok := tb.Lease(1)
+		if !ok {
+			t.Error("no lease of a ready value")
+			return false
+		}
+		if _, err := s.EndLease(tk); err != nil {
+			t.Error(err)
+			return false
+		}
+		return true
+	})
+	assert.NotZero(t, shard.LeaseLines(s), "no lines grown after %d moves between two Ps at GOMAXPROCS 4", moves)
+}
+
 // At GOMAXPROCS 1 there is no other core to keep a line from: a value
 // leased by several goroutines at once grows no lines.
 func TestLeaseLinesNotAtOneProc(t *testing.T) {
 	atProcs(t, 1)
 	_, s := readySlot(t)
-	held, ok := s.Lease(nil)
-	require.True(t, ok)
+	var held shard.Ticket
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var ok bool
+		held, ok = s.Lease(nil)
+		require.True(t, ok)
+	})
+	wg.Wait()
 	for range 4 * shard.GrowAfter {
 		tk, ok := s.Lease(nil)
 		require.True(t, ok)

@@ -619,15 +619,27 @@ probe:
 			procUnpin()
 			p = &lineOf(tb, h, uint64(pid)).tickets[0]
 		}
-		if w := p.Load(); w&(ticketGone|ticketHeld|ticketWatched) == 0 && p.CompareAndSwap(w, taken(w, hint)) {
-			if h == nil && w&ticketHint != hint && w&ticketHint != 0 {
-				s.contended() // another goroutine leased it last: the line moved
+		if w := p.Load(); w&(ticketGone|ticketHeld|ticketWatched) == 0 {
+			nw, moved := taken(w, hint), false
+			if h == nil && w&ticketHint != hint {
+				// Taken last by another goroutine, or by this one
+				// from another depth of its stack, or never: the P
+				// each ran on tells whether the line moved between
+				// cores (see lease.go).
+				pb := pidBits[uint64](procPin())
+				procUnpin()
+				moved, nw = movedFrom(w, hint, pb), nw&^ticketP|pb
 			}
-			tk = Ticket{w: ticketHeld | hint | (w+1)&ticketGen, e: hint | (w+1)&ticketGen, p: (*uint64)(unsafe.Pointer(p))} // heldTicket and wordOf, which do not inline here
-			if !t.Holds(s) {
-				return t.leaseMissed(ctx, key, s, tk)
+			if p.CompareAndSwap(w, nw) {
+				if moved {
+					s.contended()
+				}
+				tk = Ticket{w: nw, e: nw &^ ticketHeld, p: (*uint64)(unsafe.Pointer(p))} // heldTicket and wordOf, which do not inline here
+				if !t.Holds(s) {
+					return t.leaseMissed(ctx, key, s, tk)
+				}
+				return s, tk, nil
 			}
-			return s, tk, nil
 		}
 	}
 	var ok bool
