@@ -37,7 +37,7 @@ type Cache[K comparable, V any] struct {
 	timeoutErr error         // the cause of a CreateTimeout
 	closeDone  chan struct{} // closed when the first Close returns
 
-	lastReleases tally      // Releases of values' last leases, which Close waits for
+	lastReleases gate       // ends of leases off the fast path, and the Releases of last leases they run, which Close waits for
 	lingerers    sync.Map   // *shard.Slot of each lingering value → when it was given up (Peers)
 	latency      *latencies // of creations and of waits for room
 
@@ -67,6 +67,8 @@ func New[K comparable, V any](cfg Config[K, V]) (*Cache[K, V], error) {
 		timeoutErr: fmt.Errorf("%w of %v: %w", ErrCreateTimeout, cfg.CreateTimeout, context.DeadlineExceeded),
 		closeDone:  make(chan struct{}),
 		latency:    new(latencies),
+
+		lastReleases: newGate(),
 	}
 	if cfg.MaxEntries > 0 {
 		c.room = newRoom[K, V](cfg.MaxEntries)
@@ -325,9 +327,7 @@ func (c *Cache[K, V]) leave(s *shard.Slot[K, V], f *shard.Flight[V], claimer, le
 		return
 	}
 	if tk, taken := f.ClaimerLeaves(); taken {
-		if last, _ := s.EndLease(tk); last {
-			c.releaseLast(s, true)
-		}
+		c.endLease(s, tk, true)
 		c.kick()
 	}
 }
@@ -379,76 +379,49 @@ func (c *Cache[K, V]) invalidate(key K, match func(V) bool) bool {
 	return true
 }
 
+// endLease ends the lease tk of s off Release's fast path, and releases
+// s's value if this was its last lease (quiet: see releaseLast). It counts
+// itself in lastReleases before the lease ends, and Close stops counting
+// before it returns: so the Release of a last lease whose end came before
+// Close stopped counting has returned when Close does, and one whose end
+// came after runs once Close has returned. Nothing a caller can see of a
+// lease's end (Stats.Lingering, Peers) comes before it is counted. It
+// returns what EndWatchedLease does.
+func (c *Cache[K, V]) endLease(s *shard.Slot[K, V], tk shard.Ticket, quiet bool) (last, watched bool, err error) {
+	counted := c.lastReleases.enter()
+	if counted {
+		defer c.lastReleases.exit() // also after a panic or runtime.Goexit in Release
+	}
+	last, watched, err = s.EndWatchedLease(tk)
+	if last {
+		c.releaseLast(s, quiet, counted)
+	}
+	return last, watched, err
+}
+
 // releaseLast releases s's value, which had left the cache, after its last
 // lease ended: outside any gate, on the goroutine of the call that ended
-// the lease. Close waits for it if Close has not returned yet (see
-// lastReleases). With quiet, a panic (or runtime.Goexit) in Release is
-// recorded for Close to report, as from a creation's goroutine, as long as
-// Close will still read it; once Close has returned, and always without
-// quiet, it propagates to the caller.
-func (c *Cache[K, V]) releaseLast(s *shard.Slot[K, V], quiet bool) {
+// the lease, which endLease counted for Close to wait for (counted), or
+// not, once Close has stopped counting. With quiet, a panic (or
+// runtime.Goexit) in Release is recorded for Close to report, as from a
+// creation's goroutine, as long as Close will still read it; once Close has
+// stopped counting, and always without quiet, it propagates to the caller.
+func (c *Cache[K, V]) releaseLast(s *shard.Slot[K, V], quiet, counted bool) {
 	st := c.stats.of(unsafe.Pointer(s))
 	st.lingering.Add(-1)
 	c.unlinger(s)
-	if !c.lastReleases.begin() {
-		c.releaseNow(st, s.Key(), s.Value()) // Close has returned: nobody else would hear of a panic
+	// An eviction's value, which a lease caught as it left: its room is
+	// on its way to the first in line (remove), and arrives when Release
+	// returns, as in releaseEvicted.
+	evicted := c.room != nil && s.Noted()
+	if evicted {
+		defer c.room.putEvicted() // after Release returns, or panics
+	}
+	if quiet && counted {
+		c.releaseQuietlyKeeping(st, s.Key(), s.Value(), evicted)
 		return
 	}
-	defer c.lastReleases.end()
-	if quiet {
-		c.releaseQuietly(st, s.Key(), s.Value())
-	} else {
-		c.releaseNow(st, s.Key(), s.Value())
-	}
-}
-
-// tally counts the Releases that run outside any gate (those of values'
-// last leases), so that Close waits for every one that began before it
-// returns. Such Releases are rare (a removed value's last lease, once per
-// value), so one mutex serves them all.
-type tally struct {
-	mu      sync.Mutex
-	running int
-	idle    chan struct{} // closed when running falls to 0 while Close waits
-	closed  bool          // Close has done waiting: no Release counts any more
-}
-
-// begin counts a Release about to run, unless Close has done waiting
-// (false): the caller then calls end when it returns.
-func (t *tally) begin() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return false
-	}
-	t.running++
-	return true
-}
-
-func (t *tally) end() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.running--; t.running == 0 && t.idle != nil {
-		close(t.idle)
-		t.idle = nil
-	}
-}
-
-// wait returns once no counted Release runs, and stops counting: a
-// Release that begins later is not waited for.
-func (t *tally) wait() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for t.running > 0 {
-		if t.idle == nil {
-			t.idle = make(chan struct{})
-		}
-		idle := t.idle
-		t.mu.Unlock()
-		<-idle
-		t.mu.Lock()
-	}
-	t.closed = true
+	c.releaseNowKeeping(st, s.Key(), s.Value(), evicted)
 }
 
 // releaseNow gives up v: it counts the release first, so that a panicking
@@ -589,9 +562,11 @@ func (c *Cache[K, V]) Stats() Stats {
 // released by the Release of its last lease, on that goroutine, after Close
 // may have returned. Stats.Lingering counts the values still waiting so; one
 // that stays there names a lease that was never released. But every Release
-// that began before Close returns has returned when it does, a last
-// lease's included: once Close returns, a caller may tear down what Release
-// needs.
+// that began before Close was called has returned when Close does, a last
+// lease's included (a Lease.Release has begun, for this, once its value no
+// longer counts in Stats.Lingering): once Close returns, a caller may tear
+// down what Release needs. The Release of a last lease released while
+// Close runs is run either before Close returns or after it.
 //
 // Close reports the panics of Release calls it could not propagate (those
 // made by Close itself, by creations that finished after their callers were
@@ -630,7 +605,7 @@ func (c *Cache[K, V]) Close() error {
 	done := make(chan struct{})
 	go c.releaseAll(values, done)
 	<-done
-	c.lastReleases.wait()
+	c.lastReleases.close()
 	c.errMu.Lock()
 	defer c.errMu.Unlock()
 	return errors.Join(c.releaseErrs...)

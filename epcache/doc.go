@@ -57,9 +57,9 @@
 //   - [Cache.Close] refuses new work, cancels and waits for creations in
 //     flight, and releases everything not leased before it returns. A
 //     leased value is released by its last lease's Release, which may come
-//     after Close; but every Release that began before Close returns has
-//     returned when it does, so a caller may then tear down what Release
-//     needs.
+//     after Close; but every Release that began before Close was called
+//     has returned when Close does, so a caller may then tear down what
+//     Release needs.
 //
 // The table underneath is package [github.com/epcache/epcache/shard].
 package epcache

@@ -60,20 +60,16 @@ func (l Lease[K, V]) release() {
 	if l.s == nil {
 		panic("epcache: Release of a Lease that Acquire returned with an error")
 	}
-	last, watched, err := l.s.EndWatchedLease(l.tk)
+	c := owner(l.s)
+	last, watched, err := c.endLease(l.s, l.tk, false) // a last lease's Release: its room comes back
 	if err != nil {
 		panic(fmt.Sprintf("epcache: Lease of key %v released twice", l.s.Key()))
 	}
-	if last {
-		owner(l.s).releaseLast(l.s, false) // its room comes back
-		return
-	}
-	if watched {
+	if watched && !last {
 		// An eviction found the value leased: it may take it now. Only
-		// a watched lease kicks: other leases end here too (a value's
-		// second lease at once), and a kick for each would be work for
-		// nothing.
-		owner(l.s).kick()
+		// a watched lease kicks: other leases end here too (an overflow
+		// lease), and a kick for each would be work for nothing.
+		c.kick()
 	}
 }
 
@@ -90,11 +86,14 @@ func (l Lease[K, V]) release() {
 // On a hit, Acquire and the Lease's Release take no lock and allocate
 // nothing, and write one cache line of the value's own (a lease is an
 // atomic compare-and-swap to take and one to end). The exceptions: a
-// value's first lease allocates its lease table; a value whose leases come
-// from several goroutines grows lines of tickets, one group per P, so that
-// the leases of each core write lines of its own and a hot peer's leases
-// scale with cores (each once per value, 1.1 KiB at GOMAXPROCS 2, at most
-// 8.1 KiB); and a lease that finds every ticket held allocates its own.
+// value's first lease allocates its lease table (128 bytes); a value whose
+// leases keep coming from goroutines on different Ps grows lines of
+// tickets, one group per P, so that the leases of each core write lines of
+// its own and a hot peer's leases scale with cores (once per value: 1 KiB
+// at GOMAXPROCS 2, 2 KiB at 3 and 4, 4 KiB at 5 to 8, 8 KiB at 9 and
+// beyond); and a lease that finds every ticket held allocates its own. A
+// value leased from one P at a time never grows: one goroutine holding
+// several leases of it at once, or goroutines taking turns on one P.
 func (c *Cache[K, V]) Acquire(ctx context.Context, key K) (l Lease[K, V], err error) {
 	l.s, l.tk, err = c.table.Acquire(ctx, key) // a miss comes back to acquireSlow
 	return l, err
@@ -120,9 +119,7 @@ func (c *Cache[K, V]) acquireSlow(ctx context.Context, key K, stale *shard.Slot[
 // value out of the cache (shard.Table.InvalidateState): the lease is not
 // handed out, and if the removal counted it, its end releases the value.
 func (c *Cache[K, V]) endStale(s *shard.Slot[K, V], tk shard.Ticket) {
-	if last, _ := s.EndLease(tk); last {
-		c.releaseLast(s, true)
-	}
+	c.endLease(s, tk, true)
 	c.kick()
 }
 
