@@ -115,7 +115,10 @@ type Config[K comparable, V any] struct {
 	// anyway, as it runs Create then); otherwise the Release runs on a
 	// goroutine of its own, so that the Get may leave on its context
 	// meanwhile, and the room then goes to whoever needs it next. Other
-	// evicted values are released on goroutines of their own. A panic in
+	// evicted values are released on goroutines of their own, and their
+	// room goes to the first in line when Release returns: until then no
+	// second value is evicted for the waiter it will reach, so a Release
+	// that never returns keeps one waiter waiting until its context ends. A panic in
 	// such a Release is recovered and reported by Close, as from a
 	// creation's goroutine; a runtime.Goexit in it ends the goroutine it
 	// runs on (the evicting Get's, whose key's other callers go on without

@@ -155,7 +155,7 @@ func (c *Cache[K, V]) evictForSelf() (mine evicted[K, V], ok bool) {
 	mine, ok = c.drainEvicted(took)
 	r.handMu.Unlock()
 	if ok {
-		r.evicting.Add(-1)
+		r.recall()
 	}
 	if r.kicks.Load() != seen || r.short() {
 		c.kick()
@@ -222,21 +222,26 @@ func (c *Cache[K, V]) drainEvicted(take bool) (first evicted[K, V], ok bool) {
 }
 
 // releaseEvicted releases a value an eviction took: the unit comes back
-// when Release returns, to the first in line, or, with keepRoom, to the
-// caller, which took it off evicting (leaveTakingOver, evictForSelf).
+// when Release returns (or panics), to the first in line, and stops being
+// on its way then (putEvicted); with keepRoom, it goes to the caller,
+// which took it off its way already (leaveTakingOver, evictForSelf). So a
+// Release that does not return keeps one unit from the line: the waiter
+// it would reach waits for it, or for a later eviction, or leaves on its
+// context.
 func (c *Cache[K, V]) releaseEvicted(e evicted[K, V], keepRoom bool) {
 	defer e.p.gate.exit()
 	if !keepRoom {
-		// On its way no more: a Release that never returns must not
-		// keep every later waiter from evicting.
-		c.room.evicting.Add(-1)
+		defer c.room.putEvicted()
 	}
-	c.releaseQuietlyKeeping(e.p, e.key, e.v, keepRoom)
+	c.releaseQuietlyKeeping(e.p, e.key, e.v, true)
 }
 
 // short reports whether more creations wait for room than evictions are on
 // their way to them.
-func (r *room[K, V]) short() bool { return r.waiting.Load() > r.evicting.Load() }
+func (r *room[K, V]) short() bool {
+	waiting, evicting := lineCounts(r.line.Load())
+	return waiting > evicting
+}
 
 // evictOne evicts one unleased value, approximately the least recently
 // and least often used, and reports whether it found one. The clock hand
@@ -416,9 +421,22 @@ func (c *Cache[K, V]) remove(s *shard.Slot[K, V], st *shard.State[V], evicting b
 	}
 	p.ready.Add(-1)
 	count(p)
+	if testHookRemoved != nil {
+		testHookRemoved(s)
+	}
+	if c.room != nil {
+		// Its room is on its way to the first in line from now: also
+		// if a lease caught the value as it left (Abandon reports it
+		// held), whose taker ends it at once (Table.Holds), and the
+		// end releases it. Counted and noted before Abandon, which
+		// that end may follow at once: the note tells releaseLast that
+		// the unit arrives when that Release returns. Counted as on its
+		// way, the value keeps the evictor from evicting a second one
+		// for the same waiter.
+		s.Note(c)
+		c.room.setOut()
+	}
 	if !s.Abandon() {
-		// A lease taken as the value left, which its taker ends at once
-		// (Table.Holds), releasing it.
 		c.linger(p, s)
 		p.gate.exit()
 		return true
@@ -430,7 +448,6 @@ func (c *Cache[K, V]) remove(s *shard.Slot[K, V], st *shard.State[V], evicting b
 		}()
 		return true
 	}
-	c.room.evicting.Add(1) // on its way to the first in line
 	e := evicted[K, V]{p, s.Key(), v}
 	if evicting {
 		c.room.evicted = append(c.room.evicted, e) // for drainEvicted
@@ -439,3 +456,7 @@ func (c *Cache[K, V]) remove(s *shard.Slot[K, V], st *shard.State[V], evicting b
 	}
 	return true
 }
+
+// testHookRemoved, set only by tests, runs in remove right after a value
+// has left the table, before its leases are counted, with its slot.
+var testHookRemoved func(s any)

@@ -30,13 +30,21 @@ type room[K comparable, V any] struct {
 	_    [linePair]byte
 
 	// Written by every creation, release and kick.
-	used     atomic.Int64  // units taken; written under mu
-	waiting  atomic.Int64  // len(queue), for kick's check without the lock
-	evicting atomic.Int64  // evictions whose value's Release has not started: units on their way
-	kicks    atomic.Uint64 // calls of kick, so that an evictor sees one that found it evicting
-	mu       sync.Mutex
-	queue    []*roomWaiter // in arrival order
-	_        [linePair]byte
+	used atomic.Int64 // units taken; written under mu
+	// line holds two counts in one word (see lineCounts), so that short
+	// reads both at one instant: the waiters in the queue (len(queue)),
+	// and the units on their way to the line, those of evicted values
+	// whose Release has not returned. A unit stops being on its way in
+	// the step that hands it to the first in line (putEvicted), so that
+	// no moment shows the line short of a unit that is about to reach
+	// it: were the two counts changed one after the other, or the unit
+	// taken off its way before its Release returns, a kick in between
+	// would evict a second value for one waiter.
+	line  atomic.Int64
+	kicks atomic.Uint64 // calls of kick, so that an evictor sees one that found it evicting
+	mu    sync.Mutex
+	queue []*roomWaiter // in arrival order
+	_     [linePair]byte
 
 	// The evictor's, under handMu: no other goroutine writes these lines
 	// while it walks. (A kicker's TryLock reads handMu's word, on the line
@@ -60,6 +68,38 @@ type room[K comparable, V any] struct {
 	recent [recentValues]atomic.Pointer[shard.Handle[K, V]]
 	next   atomic.Uint64
 }
+
+// Steps of room.line: a waiter joining or leaving the queue, a unit setting
+// out or arriving.
+const (
+	oneWaiter   = 1 << 32
+	oneEvicting = 1
+)
+
+// lineCounts splits room.line into its two counts.
+func lineCounts(line int64) (waiting, evicting int64) {
+	return line >> 32, line & (oneWaiter - 1)
+}
+
+// waiting returns how many creations wait in line for room now.
+func (r *room[K, V]) waiting() int64 {
+	w, _ := lineCounts(r.line.Load())
+	return w
+}
+
+// evicting returns how many units of evicted values are on their way to
+// the line now.
+func (r *room[K, V]) evicting() int64 {
+	_, e := lineCounts(r.line.Load())
+	return e
+}
+
+// setOut counts a unit on its way to the line: an evicted value's, until
+// its Release returns (putEvicted).
+func (r *room[K, V]) setOut() { r.line.Add(oneEvicting) }
+
+// recall takes a unit off its way: its evictor took it over (evictForSelf).
+func (r *room[K, V]) recall() { r.line.Add(-oneEvicting) }
 
 // linePair separates the room's groups of fields by who writes them, so
 // that the evictor's walk, the counters every creation writes and the
@@ -97,17 +137,27 @@ func (r *room[K, V]) takeLocked() bool {
 }
 
 // put gives a unit back: to the first waiter, if any.
-func (r *room[K, V]) put() {
+func (r *room[K, V]) put() { r.give(0) }
+
+// putEvicted is put for the unit of an evicted value whose Release has
+// returned: it arrives, and stops being on its way, in one step.
+func (r *room[K, V]) putEvicted() { r.give(oneEvicting) }
+
+// give gives a unit back, and takes arrived (0 or oneEvicting) off line.
+func (r *room[K, V]) give(arrived int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.queue) > 0 {
 		w := r.queue[0]
 		r.queue[0] = nil
 		r.queue = r.queue[1:]
-		r.waiting.Add(-1)
+		r.line.Add(-oneWaiter - arrived)
 		w.served = true
 		close(w.granted)
 		return
+	}
+	if arrived != 0 {
+		r.line.Add(-arrived)
 	}
 	r.used.Add(-1)
 }
@@ -123,7 +173,7 @@ func (r *room[K, V]) takeOrEnqueue() *roomWaiter {
 	}
 	w := &roomWaiter{granted: make(chan struct{})}
 	r.queue = append(r.queue, w)
-	r.waiting.Add(1)
+	r.line.Add(oneWaiter)
 	return w
 }
 
@@ -135,7 +185,7 @@ func (r *room[K, V]) leave(w *roomWaiter) {
 		for i, q := range r.queue {
 			if q == w {
 				r.queue = append(r.queue[:i], r.queue[i+1:]...)
-				r.waiting.Add(-1)
+				r.line.Add(-oneWaiter)
 				break
 			}
 		}
@@ -148,12 +198,9 @@ func (r *room[K, V]) leave(w *roomWaiter) {
 
 // leaveTakingOver takes w out of the line and reports true, unless a unit
 // was handed to it already (false: the unit is w's). w is leaving to take
-// over the unit of a value its kick evicted (counted in evicting): the
-// value stops counting as on its way first, then w as waiting, in one step
-// under the line's lock, so that a kick in between sees a waiter short of
-// room, if anything, and never misses one (short reads waiting first). In
-// the other order, a creation that queued in between would find room on
-// its way to it, kick for nothing, and wait for a later kick.
+// over the unit of a value its kick evicted (on its way): the value stops
+// counting as on its way and w as waiting in one step, so that a kick
+// never sees the line short of room in between, nor the other way round.
 func (r *room[K, V]) leaveTakingOver(w *roomWaiter) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -161,8 +208,7 @@ func (r *room[K, V]) leaveTakingOver(w *roomWaiter) bool {
 		return false
 	}
 	r.queue = slices.DeleteFunc(r.queue, func(q *roomWaiter) bool { return q == w })
-	r.evicting.Add(-1)
-	r.waiting.Add(-1)
+	r.line.Add(-oneWaiter - oneEvicting)
 	return true
 }
 
@@ -193,11 +239,13 @@ func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], claim *
 	start := time.Now()
 	var w *roomWaiter
 	e, ok := evicted[K, V]{}, false
-	if r.waiting.Load() == 0 && r.used.Load() >= r.max {
-		// Full, and nobody waits: evict for this creation, without a
-		// place in line (a waiter, its channel, and the line's lock
-		// twice). Read without the lock, the two are a hint: at worst
-		// a unit given back meanwhile stays free for the next comer.
+	if r.line.Load() == 0 && r.used.Load() >= r.max {
+		// Full, nobody waits, and no evicted value's unit is on its
+		// way (to nobody: it will be free): evict for this creation,
+		// without a place in line (a waiter, its channel, and the
+		// line's lock twice). Read without the lock, the two are a
+		// hint: at worst a unit given back meanwhile stays free for
+		// the next comer.
 		e, ok = c.evictForSelf()
 	}
 	if !ok {
@@ -231,7 +279,7 @@ func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], claim *
 	case <-ctx.Done():
 		r.leave(w)
 		why := "every value is leased or being created"
-		if r.evicting.Load() > 0 {
+		if r.evicting() > 0 {
 			why = "the values evicted for the creations in line were still being released"
 		}
 		return false, c.noRoomError(s, ctx, why)
