@@ -37,15 +37,17 @@ import (
 // has one line of eight tickets, enough while the value's leases come from
 // one core. A line written from two cores moves between their caches at
 // every lease, so the table counts the evidence of that: a lease that
-// finds the first ticket held, or last taken, by a goroutine with another
-// hint on another P. The P is what matters, not the goroutine: two
-// goroutines taking turns on one P write the line from one cache, and one
-// goroutine holding two leases at once, or leasing from two depths of its
-// stack (which change its hint), is not counted, because its P is the one
-// the ticket records. A lease reads its P (procPin) only when its hint
-// differs from the ticket's, so a value leased by one goroutine after
-// another pays for it, and one leased again and again by the same
-// goroutine does not. After growAfter such leases, at GOMAXPROCS above 1,
+// finds the first ticket held by a lease taken on another P, or last taken
+// by a goroutine with another hint on another P. The P is what matters,
+// not the goroutine: two goroutines taking turns on one P write the line
+// from one cache, and one goroutine holding two leases at once, or leasing
+// from two depths of its stack (which change its hint), is not counted,
+// because its P is the one the ticket records. A lease reads its P
+// (procPin) on the fast path only when its hint differs from the ticket's,
+// so a value leased by one goroutine after another pays for it, and one
+// leased again and again by the same goroutine does not; two goroutines
+// that share a hint (one pair in 128) and take turns, never leasing at
+// once, are not told apart. After growAfter such leases, at GOMAXPROCS above 1,
 // the table grows lines of their own: linesPerP 128-byte lines of eight
 // tickets for each P (GOMAXPROCS at the growth, at most maxLines lines in
 // all: beyond 16 Ps, Ps share lines). A lease then takes a ticket on the
@@ -333,16 +335,18 @@ func takeLine(l *[leaseTickets]atomic.Uint64, hint, pb uint64) (t Ticket, ok, go
 	return Ticket{}, false, false
 }
 
-// stackHint returns the ticket hint of the calling goroutine: bits of the
-// address of a variable on its stack, the same from one lease to the next
-// while its stack stays where it is (8 KiB and up, so bit 13 up), never 0.
-// Two goroutines share a hint now and then; a hint only decides when a
-// table grows lines.
+// stackHint returns the ticket hint of the calling goroutine: seven bits
+// of a multiplicative hash of the 8 KiB block of its stack that a variable
+// of the caller is in (a stack is 8 KiB and up), the same from one lease
+// to the next while its stack stays where it is, never 0. The hash, not
+// the address's own bits, so that two stacks a power of two apart (stacks
+// are carved from spans side by side) share a hint one time in 128 and no
+// more often. A hint only decides whether a lease reads its P.
 //
 // Safety: the address is used as a number only, never dereferenced.
 func stackHint[W ~uint64](anchor *byte) W {
 	a := W(uintptr(unsafe.Pointer(anchor)))
-	return ((a>>13^a>>20)&0x7f | 0x80) << 50
+	return ((a>>13)*0x9e3779b97f4a7c15>>57 | 0x80) << 50
 }
 
 // procPin and procUnpin are the runtime's: procPin returns the id of the P
@@ -372,8 +376,8 @@ func (s *Slot[K, V]) Lease(owner any) (t Ticket, ok bool) {
 	tb := s.leaseTable(owner)
 	h := tb.lines.Load()
 	if h == nil {
-		if w := tb.tickets[0].Load(); w&ticketHeld != 0 && movedFrom(w, hint, pb) {
-			h = tb.contend() // held by another goroutine, on another P
+		if w := tb.tickets[0].Load(); w&ticketHeld != 0 && w&ticketP != pb {
+			h = tb.contend() // held by a lease taken on another P
 		}
 	}
 	var gone bool
