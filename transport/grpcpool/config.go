@@ -37,10 +37,11 @@ type Config struct {
 	// its own, with a ctx that ends at DialTimeout or Close. The pool then
 	// waits for the connection to be Ready (see the package doc), and owns
 	// it: it closes it exactly once, and closes it too if the dial fails
-	// afterwards, or returns too late. A Dial that panics fails the dial
-	// with an error that says so. A Dial that ignores ctx keeps its
-	// callers waiting no longer than DialTimeout, but delays Close until
-	// it returns.
+	// afterwards, or returns too late. A Dial that panics or calls
+	// runtime.Goexit (t.FailNow in a test) fails the dial with an error
+	// that says so, and leaves nothing behind. A Dial that ignores ctx
+	// keeps its callers waiting no longer than DialTimeout, but delays
+	// Close until it returns.
 	Dial        func(ctx context.Context, addr string) (*grpc.ClientConn, error)
 	DialOptions []grpc.DialOption
 

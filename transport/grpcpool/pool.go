@@ -12,12 +12,9 @@ import (
 	"google.golang.org/grpc"
 )
 
-// ErrClosed is returned by Do and Warm once Close has begun. Test for it
-// with errors.Is.
+// ErrClosed is matched, with errors.Is, by the errors Do and Warm return
+// once Close has begun.
 var ErrClosed = errors.New("grpcpool: pool closed")
-
-// errNilCall is Do's answer to a nil call.
-var errNilCall = errors.New("grpcpool: Do with a nil call")
 
 // Pool holds one *grpc.ClientConn per address, dialed on first use. Its
 // methods are safe for concurrent use. Make one with [New].
@@ -135,11 +132,12 @@ func newPool(cfg Config, now func() time.Time) (*Pool, error) {
 // connection, never its replacement; the next Do dials again.
 //
 // Do returns call's error as it is. When there is no connection to run call
-// on, it returns the dial's error (which names addr; within ErrorTTL, the
-// remembered error of the last dial, at once), ctx's error if ctx ended
-// while Do waited (ctx.Err() itself while it waited for a dial; wrapped,
-// saying so, while it waited for room under MaxConns), or ErrClosed.
-// If addr is not a member (once SetMembers has been called), call runs all
+// on, it returns ctx.Err() itself if ctx ended while Do waited for a dial,
+// and otherwise an error that names the pool and addr ("grpcpool: dial
+// \"addr\": …"): the dial's (within ErrorTTL, the remembered error of the
+// last dial, at once), a wait for room under MaxConns that ctx ended
+// (wrapping ctx.Err()), or, once Close has begun, one that matches
+// ErrClosed. If addr is not a member (once SetMembers has been called), call runs all
 // the same, and the connection is closed once its calls end.
 //
 // On a ready connection Do takes no lock and allocates nothing of its own:
@@ -147,7 +145,7 @@ func newPool(cfg Config, now func() time.Time) (*Pool, error) {
 // connection is let go and the panic propagates.
 func (p *Pool) Do(ctx context.Context, addr string, call func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
 	if call == nil {
-		return errNilCall
+		return fmt.Errorf("grpcpool: Do %q with a nil call", addr)
 	}
 	lease, err := p.cache.Acquire(ctx, addr)
 	if err != nil {
@@ -166,22 +164,48 @@ func (p *Pool) Do(ctx context.Context, addr string, call func(ctx context.Contex
 	return err
 }
 
-// noConn is Do's error when the cache gave it no connection.
+// noConn is Do's and Warm's error when the cache gave them no connection:
+// ctx's own error as it is, and otherwise an error that names the pool and
+// addr.
 func (p *Pool) noConn(ctx context.Context, addr string, err error) error {
+	var de *dialError
+	var pe *epcache.PanicError
 	switch {
 	case errors.Is(err, epcache.ErrClosed):
-		return ErrClosed
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		return err // the caller's own context ended: unchanged
-	case addr == "":
-		return errors.New("grpcpool: empty address")
-	case errors.Is(err, context.DeadlineExceeded):
-		// epcache's CreateTimeout: the dial neither succeeded nor failed
-		// in time (an address that never answers, a Dial that hangs).
+		return &closedError{addr}
+	case ctx.Err() != nil && err == ctx.Err():
+		return err // the caller's own context ended while it waited for a dial: unchanged
+	case errors.As(err, &de) && err == error(de):
+		return err // the dial's own error, which names addr
+	case errors.Is(err, epcache.ErrCreateTimeout):
+		// The dial neither succeeded nor failed in time (an address that
+		// never answers, a Dial that hangs).
 		return fmt.Errorf("grpcpool: dial %q: no Ready connection within DialTimeout (%v): %w", addr, p.cfg.DialTimeout, err)
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return fmt.Errorf("grpcpool: dial %q: no room under MaxConns before the call's context ended: %w", addr, err)
+	case errors.Is(err, epcache.ErrGoexit):
+		return fmt.Errorf("grpcpool: dial %q: Config.Dial or Config.DialRetry called runtime.Goexit: %w", addr, err)
+	case errors.As(err, &pe):
+		return fmt.Errorf("grpcpool: dial %q: Config.DialRetry panicked: %w", addr, err)
 	}
-	return err // the dial's own error, which names addr
+	return fmt.Errorf("grpcpool: dial %q: %w", addr, err)
 }
+
+// dialError is the error of a dial: it names the pool and the address.
+type dialError struct {
+	addr string
+	err  error
+}
+
+func (e *dialError) Error() string { return fmt.Sprintf("grpcpool: dial %q: %v", e.addr, e.err) }
+func (e *dialError) Unwrap() error { return e.err }
+
+// closedError is Do's and Warm's error once Close has begun: it names the
+// address, and matches ErrClosed.
+type closedError struct{ addr string }
+
+func (e *closedError) Error() string { return fmt.Sprintf("grpcpool: %q: pool closed", e.addr) }
+func (e *closedError) Unwrap() error { return ErrClosed }
 
 // drop takes c out of the pool for cause, unless it left already: the next
 // Do for its address dials again, and c is closed once its last call ends
@@ -269,13 +293,14 @@ func (p *Pool) Forget(addr string) bool {
 	return p.cache.Forget(addr)
 }
 
-// Close shuts the pool down: Do and Warm return ErrClosed from its first
-// step, the health checker stops, dials in flight are cancelled (a Dial
-// that ignores its context is waited for), and every connection is closed,
-// drain delays cut short. A connection a call is using is closed when the
-// call returns: Close waits for the calls in flight (cancel their contexts
-// to hurry it). When Close returns, every connection the pool dialed is
-// closed. A second Close waits for the first and returns its error.
+// Close shuts the pool down: Do and Warm return an error matching ErrClosed
+// from its first step, the health checker stops, dials in flight are
+// cancelled (a Dial that ignores its context is waited for), and every
+// connection is closed, drain delays cut short. A connection a call is
+// using is closed when the call returns: Close waits for the calls in
+// flight (cancel their contexts to hurry it). When Close returns, every
+// connection the pool dialed is closed. A second Close waits for the first
+// and returns its error.
 func (p *Pool) Close() error {
 	p.closeOnce.Do(func() {
 		close(p.closing)
