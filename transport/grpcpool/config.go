@@ -45,9 +45,18 @@ type Config struct {
 	Dial        func(ctx context.Context, addr string) (*grpc.ClientConn, error)
 	DialOptions []grpc.DialOption
 
-	// IsConnError reports whether a call's error means its connection is bad
-	// and must be dropped. Default: status code Unavailable. An application
-	// error never drops a connection.
+	// IsConnError, if set, reports whether a call's error means its
+	// connection is bad and must be dropped. Default: the error has status
+	// code Unavailable and the connection is not Ready when the call
+	// returns (gRPC's connectivity state of the ClientConn: IDLE,
+	// CONNECTING, TRANSIENT_FAILURE or SHUTDOWN, because gRPC saw its
+	// transport fail). So an Unavailable that a server's handler answers
+	// over a Ready connection (a server shedding load) keeps the
+	// connection, as every other application error does. A call that
+	// fails in the moment between its transport's failure and gRPC's
+	// notice of it keeps the connection too, which gRPC reconnects; the
+	// next call that fails on it drops it. [IsUnavailable] is the rule
+	// for a user who wants every Unavailable to drop the connection.
 	IsConnError func(error) bool
 
 	// MaxConns, if positive, bounds the connections open at every instant:
@@ -139,9 +148,6 @@ func (cfg Config) withDefaults() Config {
 			return grpc.NewClient(addr, opts...)
 		}
 	}
-	if cfg.IsConnError == nil {
-		cfg.IsConnError = IsUnavailable
-	}
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
@@ -160,9 +166,11 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
-// IsUnavailable is the default Config.IsConnError: it reports whether err
-// carries gRPC status code Unavailable, which gRPC gives a call whose
-// connection failed or could not be made.
+// IsUnavailable reports whether err carries gRPC status code Unavailable,
+// which gRPC gives a call whose connection failed or could not be made,
+// and a server may answer itself. As Config.IsConnError, it drops a
+// connection on every Unavailable, a server's own included; the default
+// also asks the connection's state (see Config.IsConnError).
 func IsUnavailable(err error) bool {
 	return status.Code(err) == codes.Unavailable
 }

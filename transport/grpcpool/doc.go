@@ -46,9 +46,10 @@
 //
 // A connection leaves the pool when:
 //
-//   - a call on it fails with an error Config.IsConnError accepts (by
-//     default, status code Unavailable); an application error never drops a
-//     connection;
+//   - a call on it fails with a connection error (Config.IsConnError; by
+//     default, status code Unavailable on a connection gRPC has seen fail:
+//     a server's own Unavailable, like every application error, never
+//     drops a connection);
 //   - its address is no longer a member ([Pool.SetMembers]);
 //   - its health checks (the standard grpc.health.v1 protocol, every
 //     Config.HealthCheckInterval) have failed for Config.HealthCheckGracePeriod;

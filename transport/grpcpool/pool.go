@@ -10,6 +10,7 @@ import (
 
 	"github.com/epcache/epcache/epcache"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 )
 
 // ErrClosed is matched, with errors.Is, by the errors Do and Warm return
@@ -155,13 +156,21 @@ func (p *Pool) Do(ctx context.Context, addr string, call func(ctx context.Contex
 	c := lease.Value()
 	p.st.calls.Add(1)
 	err = call(ctx, c.cc)
-	if err != nil && p.cfg.IsConnError(err) {
+	if err != nil && p.isConnError(err, c.cc) {
 		p.st.connErrors.Add(1)
 		p.drop(c, dropConnError)
 	} else if m := p.members.Load(); m != nil && !m.has(addr) {
 		p.drop(c, dropMembership)
 	}
 	return err
+}
+
+// isConnError is Config.IsConnError, or the default: see IsConnError's doc.
+func (p *Pool) isConnError(err error, cc *grpc.ClientConn) bool {
+	if p.cfg.IsConnError != nil {
+		return p.cfg.IsConnError(err)
+	}
+	return IsUnavailable(err) && cc.GetState() != connectivity.Ready
 }
 
 // noConn is Do's and Warm's error when the cache gave them no connection:
