@@ -61,11 +61,16 @@ type Config struct {
 
 	// MaxConns, if positive, bounds the connections open at every instant:
 	// dials in progress, connections in the pool, and dropped connections
-	// whose calls or drain delay still run, all together (epcache
-	// MaxEntries, and a count of the connections that left it). A Do for an
-	// address without a connection when the pool is full closes the least
-	// recently used connection no call is using, or waits until one is
-	// free, until its context ends.
+	// whose calls or drain delay still run, all together (the connections
+	// in the pool count in epcache's MaxEntries, the others in a count of
+	// the pool's). When the pool is full, a Do for an address without a
+	// connection evicts an unleased connection (one no call is using) that
+	// has not been used since the clock hand last passed it, choosing among
+	// those the one asked for least often (a CLOCK weighed by a frequency
+	// sketch): an address called often outlives one called once, even if
+	// that one was called more recently. The policy is epcache's
+	// [epcache.Config.MaxEntries]. When every connection is in use, the Do
+	// waits for one to become free, until its context ends.
 	MaxConns int
 
 	// IdleTimeout, if positive, closes a connection no call has used for

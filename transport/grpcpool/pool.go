@@ -275,7 +275,8 @@ func (p *Pool) dropDeparted(set *memberSet) {
 // and waits for the dials: the first calls then find their connections
 // Ready. It returns the dials' errors, joined (nil if every address has a
 // connection), or ctx.Err() if ctx ended first. Under MaxConns, warming more
-// addresses than MaxConns evicts the least recently used.
+// addresses than there is room for evicts connections as a Do would
+// (Config.MaxConns).
 func (p *Pool) Warm(ctx context.Context, addrs ...string) error {
 	errs := make([]error, len(addrs))
 	var wg sync.WaitGroup
