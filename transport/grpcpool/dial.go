@@ -18,10 +18,17 @@ import (
 // dial is the cache's Create: one attempt at addr's connection, Ready. It
 // takes a slot (MaxConns) before Dial and gives it back, with the
 // connection closed, if the attempt does not end with a connection: it
-// fails, panics, or is cut short by runtime.Goexit.
+// fails, panics, is cut short by runtime.Goexit, or is abandoned (nobody is
+// left to use it: Pool.abandoned, asked before the slot and again once the
+// connection is Ready, so that a connection SetMembers overtook is not
+// published).
 func (p *Pool) dial(ctx context.Context, addr string) (_ *conn, err error) {
 	if addr == "" {
 		return nil, &dialError{addr, errors.New("empty address")}
+	}
+	if p.abandoned(addr) {
+		p.st.abandoned.Add(1)
+		return nil, errAbandoned
 	}
 	if err := p.takeSlot(ctx); err != nil {
 		return nil, &dialError{addr, fmt.Errorf("no room under MaxConns: %w", err)}
@@ -41,7 +48,11 @@ func (p *Pool) dial(ctx context.Context, addr string) (_ *conn, err error) {
 		if r := recover(); r != nil {
 			err = &dialError{addr, fmt.Errorf("panicked: %w", &epcache.PanicError{Value: r, Stack: debug.Stack()})}
 		}
-		p.st.dialErrors.Add(1) // a failure, a panic, or runtime.Goexit (err nil)
+		if err == errAbandoned {
+			p.st.abandoned.Add(1)
+		} else {
+			p.st.dialErrors.Add(1) // a failure, a panic, or runtime.Goexit (err nil)
+		}
 		if cc != nil {
 			_ = cc.Close()
 		}
@@ -53,6 +64,9 @@ func (p *Pool) dial(ctx context.Context, addr string) (_ *conn, err error) {
 	}
 	if err = waitReady(ctx, cc); err != nil {
 		return nil, &dialError{addr, err}
+	}
+	if p.abandoned(addr) {
+		return nil, errAbandoned
 	}
 	made = true
 	return &conn{addr: addr, cc: cc}, nil

@@ -323,6 +323,13 @@ type sockets struct {
 	byAddr map[string]int // open now, per address
 }
 
+// to returns the sockets open to addr now.
+func (s *sockets) to(addr string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byAddr[addr]
+}
+
 func (s *sockets) add(addr string, n int) {
 	s.mu.Lock()
 	if s.byAddr == nil {
