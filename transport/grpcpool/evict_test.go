@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/epcache/epcache/transport/grpcpool"
@@ -114,5 +115,46 @@ func TestMaxConnsEvictsTheAddressAskedForLeast(t *testing.T) {
 	}
 	if n := d.of(b.addr); n != 2 {
 		t.Errorf("b dialed %d times; want 2: it was evicted, not a, which was asked for more often", n)
+	}
+}
+
+// TestConcurrentFirstCallsEvictNoMoreThanNeeded: six first calls at once
+// to six addresses under MaxConns 2 need four evictions, and leave two
+// connections, not one. Ten rounds, each on a pool of its own.
+func TestConcurrentFirstCallsEvictNoMoreThanNeeded(t *testing.T) {
+	t.Skip("core fix pending: epcache's eviction reports success for a value a lease caught as it was removed, and evicts one more")
+	const servers, maxConns, rounds = 6, 2, 10
+	var addrs []string
+	for range servers {
+		addrs = append(addrs, startServer(t).addr)
+	}
+	bad := 0
+	for round := range rounds {
+		p := newPool(t, grpcpool.Config{MaxConns: maxConns})
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, addr := range addrs {
+			wg.Go(func() {
+				<-start
+				if err := p.Do(context.Background(), addr, check); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		// The evicted connections' Releases run on goroutines of their
+		// own: no eviction begins once every call has returned.
+		waitFor(t, "the evicted connections close", func() bool { st := p.Stats(); return st.Open == st.Ready })
+		if st := p.Stats(); st.DropsEvicted != servers-maxConns || st.Open != maxConns || st.Ready != maxConns {
+			bad++
+			t.Errorf("round %d: %d evictions, %d open, %d ready; want %d, %d, %d", round, st.DropsEvicted, st.Open, st.Ready, servers-maxConns, maxConns, maxConns)
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if bad > 0 {
+		t.Logf("%d of %d rounds evicted too many", bad, rounds)
 	}
 }
