@@ -37,25 +37,40 @@ type Config struct {
 	// its own, with a ctx that ends at DialTimeout or Close. The pool then
 	// waits for the connection to be Ready (see the package doc), and owns
 	// it: it closes it exactly once, and closes it too if the dial fails
-	// afterwards, or returns too late. A Dial that panics fails the dial
-	// with an error that says so. A Dial that ignores ctx keeps its
-	// callers waiting no longer than DialTimeout, but delays Close until
-	// it returns.
+	// afterwards, or returns too late. A Dial that panics or calls
+	// runtime.Goexit (t.FailNow in a test) fails the dial with an error
+	// that says so, and leaves nothing behind. A Dial that ignores ctx
+	// keeps its callers waiting no longer than DialTimeout, but delays
+	// Close until it returns.
 	Dial        func(ctx context.Context, addr string) (*grpc.ClientConn, error)
 	DialOptions []grpc.DialOption
 
-	// IsConnError reports whether a call's error means its connection is bad
-	// and must be dropped. Default: status code Unavailable. An application
-	// error never drops a connection.
+	// IsConnError, if set, reports whether a call's error means its
+	// connection is bad and must be dropped. Default: the error has status
+	// code Unavailable and the connection is not Ready when the call
+	// returns (gRPC's connectivity state of the ClientConn: IDLE,
+	// CONNECTING, TRANSIENT_FAILURE or SHUTDOWN, because gRPC saw its
+	// transport fail). So an Unavailable that a server's handler answers
+	// over a Ready connection (a server shedding load) keeps the
+	// connection, as every other application error does. A call that
+	// fails in the moment between its transport's failure and gRPC's
+	// notice of it keeps the connection too, which gRPC reconnects; the
+	// next call that fails on it drops it. [IsUnavailable] is the rule
+	// for a user who wants every Unavailable to drop the connection.
 	IsConnError func(error) bool
 
 	// MaxConns, if positive, bounds the connections open at every instant:
 	// dials in progress, connections in the pool, and dropped connections
-	// whose calls or drain delay still run, all together (epcache
-	// MaxEntries, and a count of the connections that left it). A Do for an
-	// address without a connection when the pool is full closes the least
-	// recently used connection no call is using, or waits until one is
-	// free, until its context ends.
+	// whose calls or drain delay still run, all together (the connections
+	// in the pool count in epcache's MaxEntries, the others in a count of
+	// the pool's). When the pool is full, a Do for an address without a
+	// connection evicts an unleased connection (one no call is using) that
+	// has not been used since the clock hand last passed it, choosing among
+	// those the one asked for least often (a CLOCK weighed by a frequency
+	// sketch): an address called often outlives one called once, even if
+	// that one was called more recently. The policy is epcache's
+	// [epcache.Config.MaxEntries]. When every connection is in use, the Do
+	// waits for one to become free, until its context ends.
 	MaxConns int
 
 	// IdleTimeout, if positive, closes a connection no call has used for
@@ -138,9 +153,6 @@ func (cfg Config) withDefaults() Config {
 			return grpc.NewClient(addr, opts...)
 		}
 	}
-	if cfg.IsConnError == nil {
-		cfg.IsConnError = IsUnavailable
-	}
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
@@ -159,9 +171,11 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
-// IsUnavailable is the default Config.IsConnError: it reports whether err
-// carries gRPC status code Unavailable, which gRPC gives a call whose
-// connection failed or could not be made.
+// IsUnavailable reports whether err carries gRPC status code Unavailable,
+// which gRPC gives a call whose connection failed or could not be made,
+// and a server may answer itself. As Config.IsConnError, it drops a
+// connection on every Unavailable, a server's own included; the default
+// also asks the connection's state (see Config.IsConnError).
 func IsUnavailable(err error) bool {
 	return status.Code(err) == codes.Unavailable
 }

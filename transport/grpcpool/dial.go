@@ -17,23 +17,42 @@ import (
 
 // dial is the cache's Create: one attempt at addr's connection, Ready. It
 // takes a slot (MaxConns) before Dial and gives it back, with the
-// connection closed, if the attempt fails.
+// connection closed, if the attempt does not end with a connection: it
+// fails, panics, is cut short by runtime.Goexit, or is abandoned (nobody is
+// left to use it: Pool.abandoned, asked before the slot and again once the
+// connection is Ready, so that a connection SetMembers overtook is not
+// published).
 func (p *Pool) dial(ctx context.Context, addr string) (_ *conn, err error) {
 	if addr == "" {
-		return nil, errors.New("grpcpool: empty address")
+		return nil, &dialError{addr, errors.New("empty address")}
+	}
+	if p.abandoned(addr) {
+		p.st.abandoned.Add(1)
+		return nil, errAbandoned
 	}
 	if err := p.takeSlot(ctx); err != nil {
-		return nil, fmt.Errorf("grpcpool: dial %q: no room under MaxConns: %w", addr, err)
+		return nil, &dialError{addr, fmt.Errorf("no room under MaxConns: %w", err)}
 	}
 	p.st.dials.Add(1)
 	p.st.opening()
 	p.open.Add(1)
 	var cc *grpc.ClientConn
+	made := false
 	defer func() {
-		if err == nil {
+		if made {
 			return
 		}
-		p.st.dialErrors.Add(1)
+		// Panics of Dial are errors already (callDial); one of the pool's
+		// or gRPC's own becomes one here, so that a panic the cache hands
+		// on can only be DialRetry's.
+		if r := recover(); r != nil {
+			err = &dialError{addr, fmt.Errorf("panicked: %w", &epcache.PanicError{Value: r, Stack: debug.Stack()})}
+		}
+		if err == errAbandoned {
+			p.st.abandoned.Add(1)
+		} else {
+			p.st.dialErrors.Add(1) // a failure, a panic, or runtime.Goexit (err nil)
+		}
 		if cc != nil {
 			_ = cc.Close()
 		}
@@ -43,9 +62,13 @@ func (p *Pool) dial(ctx context.Context, addr string) (_ *conn, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := waitReady(ctx, cc); err != nil {
-		return nil, fmt.Errorf("grpcpool: dial %q: %w", addr, err)
+	if err = waitReady(ctx, cc); err != nil {
+		return nil, &dialError{addr, err}
 	}
+	if p.abandoned(addr) {
+		return nil, errAbandoned
+	}
+	made = true
 	return &conn{addr: addr, cc: cc}, nil
 }
 
@@ -55,7 +78,7 @@ func (p *Pool) callDial(ctx context.Context, addr string) (cc *grpc.ClientConn, 
 	defer func() {
 		if r := recover(); r != nil {
 			cc = nil
-			err = fmt.Errorf("grpcpool: Config.Dial(%q) panicked: %w", addr, &epcache.PanicError{Value: r, Stack: debug.Stack()})
+			err = &dialError{addr, fmt.Errorf("Config.Dial panicked: %w", &epcache.PanicError{Value: r, Stack: debug.Stack()})}
 		}
 	}()
 	cc, err = p.cfg.Dial(ctx, addr)
@@ -64,9 +87,9 @@ func (p *Pool) callDial(ctx context.Context, addr string) (cc *grpc.ClientConn, 
 		if cc != nil {
 			_ = cc.Close()
 		}
-		return nil, fmt.Errorf("grpcpool: dial %q: %w", addr, err)
+		return nil, &dialError{addr, err}
 	case cc == nil:
-		return nil, fmt.Errorf("grpcpool: dial %q: Config.Dial returned neither a connection nor an error", addr)
+		return nil, &dialError{addr, errors.New("Config.Dial returned neither a connection nor an error")}
 	}
 	return cc, nil
 }

@@ -46,15 +46,17 @@
 //
 // A connection leaves the pool when:
 //
-//   - a call on it fails with an error Config.IsConnError accepts (by
-//     default, status code Unavailable); an application error never drops a
-//     connection;
+//   - a call on it fails with a connection error (Config.IsConnError; by
+//     default, status code Unavailable on a connection gRPC has seen fail:
+//     a server's own Unavailable, like every application error, never
+//     drops a connection);
 //   - its address is no longer a member ([Pool.SetMembers]);
 //   - its health checks (the standard grpc.health.v1 protocol, every
 //     Config.HealthCheckInterval) have failed for Config.HealthCheckGracePeriod;
 //   - no call has used it for Config.IdleTimeout;
 //   - the pool needs its room for another address (Config.MaxConns): only a
 //     connection no call is using is evicted;
+//   - its address is not a member and its last call ended (see below);
 //   - the pool is closed.
 //
 // A connection dropped because its member left or failed its health checks
@@ -62,6 +64,25 @@
 // its last call returns. Connections that failed, idle connections and
 // evicted connections (no call uses them) close as soon as their last call
 // returns.
+//
+// # Addresses that are not members
+//
+// Once SetMembers has been called, Do still serves an address that is not
+// a member (a ring client calls a member it learnt of before the pool's
+// next SetMembers), on a connection that lives only as long as the calls on
+// it. The calls to such an address that overlap in time share one
+// connection: the first dials it, once, and every call that begins while
+// another runs on it or waits for it uses it. It is closed when the last of
+// them ends, before that call's Do returns; if every call that waited for
+// it left first (its context ended), when its dial ends. It never drains
+// (DrainDelay) and holds no unit of MaxConns after that. Calls that do not
+// overlap dial a connection each.
+//
+// The rule covers a dial in flight when SetMembers removes its address: its
+// connection is the non-member's, shared by the calls that wait for it and
+// closed by the last, or when the dial ends if none waits (counted in
+// Stats.Abandoned). [Pool.Warm] skips an address that is not a member: its
+// connection would close as Warm returned.
 //
 // # Health checks
 //
@@ -81,4 +102,12 @@
 // opened must be finished or cancelled by then. A call that calls Do for
 // another address while the pool is full (MaxConns) may wait for room that
 // only its own return would free.
+//
+// A dial whose connection stops having a use in the instant between the
+// dial's last look at the members and the cache's publication of the
+// connection (SetMembers removes the address, or the last call waiting for
+// a non-member's dial leaves) leaves that connection in the pool, unused,
+// until the next SetMembers, health round or call to the address drops it,
+// or IdleTimeout or MaxConns removes it: the cache tells the pool nothing
+// when it publishes a value.
 package grpcpool

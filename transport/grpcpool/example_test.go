@@ -42,7 +42,7 @@ func Example() {
 		err := pool.Do(context.Background(), addr, func(ctx context.Context, cc grpc.ClientConnInterface) error {
 			resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
 			if err != nil {
-				return err // Unavailable drops the connection; the next Do dials again
+				return err // a broken connection is dropped; the next Do dials again
 			}
 			fmt.Println(resp.GetStatus())
 			return nil

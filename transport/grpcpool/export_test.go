@@ -7,3 +7,11 @@ import "time"
 func NewWithClock(cfg Config, now func() time.Time) (*Pool, error) {
 	return newPool(cfg, now)
 }
+
+// Guests returns the number of addresses with calls counted as a
+// non-member's: zero once no call runs.
+func Guests(p *Pool) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.guests)
+}

@@ -38,8 +38,8 @@ func (p *Pool) checkHealth() {
 
 // healthRound checks every connection of the pool, at most
 // MaxConcurrentHealthChecks at a time, and waits for the checks. It also
-// drops connections to addresses that are not members: one dialed while
-// SetMembers ran, that no call has used since.
+// drops the connections to addresses that are not members that no call
+// uses (one published as SetMembers ran, with no call waiting for it).
 func (p *Pool) healthRound(ctx context.Context) {
 	p.st.healthRounds.Add(1)
 	members := p.members.Load()
@@ -47,8 +47,8 @@ func (p *Pool) healthRound(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for addr, c := range p.cache.All() {
-		if members != nil && !members.has(addr) {
-			p.drop(c, dropMembership)
+		if members != nil && !members.has(addr) && p.retire(addr, c, dropNonMember) {
+			p.drop(c, dropNonMember)
 			continue
 		}
 		select {

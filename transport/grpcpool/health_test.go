@@ -171,7 +171,7 @@ func TestDrainDelay(t *testing.T) {
 	})
 	t.Run("conn-error-skips-it", func(t *testing.T) {
 		a := startServer(t)
-		p := newPool(t, grpcpool.Config{DrainDelay: patience})
+		p := newPool(t, grpcpool.Config{DrainDelay: patience, IsConnError: grpcpool.IsUnavailable})
 		_ = p.Do(context.Background(), a.addr, func(context.Context, grpc.ClientConnInterface) error { return errBad })
 		waitFor(t, "the bad connection closes at once", func() bool { return p.Stats().Open == 0 })
 	})

@@ -13,9 +13,11 @@ import (
 	"github.com/epcache/epcache/transport/grpcpool"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 // TestMain fails the package if a test leaves a goroutine behind: every
@@ -71,6 +73,9 @@ type server struct {
 	inFlight, peak atomic.Int64
 	checks         atomic.Int64
 	group          atomic.Pointer[gauge] // if set, counts the Checks running at every server of a group
+	// While shed is set, every Check answers Unavailable from the
+	// handler, as a server shedding load does, over a healthy connection.
+	shed atomic.Bool
 
 	stopOnce sync.Once
 }
@@ -123,6 +128,9 @@ func (g *gatedHealth) Check(ctx context.Context, in *healthpb.HealthCheckRequest
 	if grp := g.s.group.Load(); grp != nil {
 		grp.up()
 		defer grp.now.Add(-1)
+	}
+	if g.s.shed.Load() {
+		return nil, status.Error(codes.Unavailable, "test: shedding load")
 	}
 	n := g.s.inFlight.Add(1)
 	defer g.s.inFlight.Add(-1)
@@ -308,30 +316,59 @@ func checkFDs(t *testing.T, baseline int) {
 // counting, and exact at every instant. (/proc/net/tcp is not: it is read
 // a few entries at a time while connections close and open, so one read
 // can list a connection closed during the read beside its successor.)
-type sockets struct{ g gauge }
+type sockets struct {
+	g gauge
+
+	mu     sync.Mutex
+	byAddr map[string]int // open now, per address
+}
+
+// to returns the sockets open to addr now.
+func (s *sockets) to(addr string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byAddr[addr]
+}
+
+func (s *sockets) add(addr string, n int) {
+	s.mu.Lock()
+	if s.byAddr == nil {
+		s.byAddr = map[string]int{}
+	}
+	s.byAddr[addr] += n
+	s.mu.Unlock()
+}
 
 // dialOption makes gRPC dial through s.
 func (s *sockets) dialOption() grpc.DialOption {
 	return grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 		s.g.up()
+		s.add(addr, 1)
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			s.g.now.Add(-1)
+			s.add(addr, -1)
 			return nil, err
 		}
-		return &countedConn{Conn: c, s: s}, nil
+		return &countedConn{Conn: c, s: s, addr: addr}, nil
 	})
 }
 
 type countedConn struct {
 	net.Conn
 	s    *sockets
+	addr string
 	once sync.Once
 }
 
 func (c *countedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.s.g.now.Add(-1) })
+	c.once.Do(func() { c.s.g.now.Add(-1); c.s.add(c.addr, -1) })
 	return err
+}
+
+// options is the pool's dial options: no TLS, dialing through s.
+func (s *sockets) options() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), s.dialOption()}
 }

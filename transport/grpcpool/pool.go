@@ -10,14 +10,18 @@ import (
 
 	"github.com/epcache/epcache/epcache"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 )
 
-// ErrClosed is returned by Do and Warm once Close has begun. Test for it
-// with errors.Is.
+// ErrClosed is matched, with errors.Is, by the errors Do and Warm return
+// once Close has begun.
 var ErrClosed = errors.New("grpcpool: pool closed")
 
-// errNilCall is Do's answer to a nil call.
-var errNilCall = errors.New("grpcpool: Do with a nil call")
+// errAbandoned is the outcome of a dial that nobody is left to use: its
+// address is not a member and no call to it waits (Pool.abandoned). It
+// never reaches a caller: a call that gets it, from the dial or remembered
+// (ErrorTTL), forgets it and asks again.
+var errAbandoned = errors.New("grpcpool: dial abandoned: the address is not a member and no call waits for it")
 
 // Pool holds one *grpc.ClientConn per address, dialed on first use. Its
 // methods are safe for concurrent use. Make one with [New].
@@ -29,6 +33,14 @@ type Pool struct {
 	// first, when every address is welcome.
 	members   atomic.Pointer[memberSet]
 	membersMu sync.Mutex // serialises SetMembers
+
+	// guests counts, per address that is not a member, the calls to it
+	// that count themselves (waiting for its connection or running on
+	// it): the rule for non-members' connections (see the package doc)
+	// is decided under mu from these counts. Calls to members do not
+	// count themselves, so that the hit path takes no lock.
+	mu     sync.Mutex
+	guests map[string]int
 
 	// slots, with MaxConns, holds a token for every connection open or
 	// being dialed, from before Dial to after Close returns: epcache's
@@ -57,7 +69,9 @@ type conn struct {
 	cc   *grpc.ClientConn
 
 	// cause is why the pool dropped the connection (a dropCause), set once,
-	// before the drop; droppedAt when (UnixNano).
+	// before the drop; droppedAt when (UnixNano). A connection with a
+	// cause is out of service: a call to a non-member that finds it in the
+	// pool does not use it.
 	cause     atomic.Int32
 	droppedAt atomic.Int64
 
@@ -81,10 +95,12 @@ func (s *memberSet) has(addr string) bool {
 type dropCause int32
 
 const (
-	notDropped dropCause = iota
-	dropConnError
-	dropMembership
-	dropHealth
+	notDropped     dropCause = iota
+	dropConnError            // a call's connection error
+	dropMembership           // its address left the members (drains)
+	dropHealth               // health checks failing for the grace period (drains)
+	dropNonMember            // its address is not a member, and no call to it is left (never drains)
+	numDropCauses
 )
 
 // New returns a pool, or an error naming the first invalid field of cfg.
@@ -109,11 +125,20 @@ func newPool(cfg Config, now func() time.Time) (*Pool, error) {
 	if cfg.MaxConns > 0 {
 		p.slots = make(chan struct{}, cfg.MaxConns)
 	}
+	var retry func(int, error) (time.Duration, bool)
+	if user := cfg.DialRetry; user != nil {
+		retry = func(attempt int, err error) (time.Duration, bool) {
+			if err == errAbandoned {
+				return 0, false // nobody to dial for
+			}
+			return user(attempt, err)
+		}
+	}
 	cache, err := epcache.New(epcache.Config[string, *conn]{
 		Create:        p.dial,
 		Release:       p.release,
 		CreateTimeout: cfg.DialTimeout,
-		Retry:         cfg.DialRetry,
+		Retry:         retry,
 		ErrorTTL:      cfg.ErrorTTL,
 		IdleTimeout:   cfg.IdleTimeout,
 		MaxEntries:    cfg.MaxConns,
@@ -131,65 +156,250 @@ func newPool(cfg Config, now func() time.Time) (*Pool, error) {
 
 // Do runs call on addr's connection (dialing it once, however many callers
 // ask at once), holding it for the call: the pool never closes a connection
-// while a call on it runs. A connection error (IsConnError) drops that
-// connection, never its replacement; the next Do dials again.
+// while a call on it runs. A connection error (Config.IsConnError) drops
+// that connection, never its replacement; the next Do dials again.
 //
 // Do returns call's error as it is. When there is no connection to run call
-// on, it returns the dial's error (which names addr; within ErrorTTL, the
-// remembered error of the last dial, at once), ctx's error if ctx ended
-// while Do waited (ctx.Err() itself while it waited for a dial; wrapped,
-// saying so, while it waited for room under MaxConns), or ErrClosed.
-// If addr is not a member (once SetMembers has been called), call runs all
-// the same, and the connection is closed once its calls end.
+// on, it returns ctx.Err() itself if ctx ended while Do waited for a dial,
+// and otherwise an error that names the pool and addr ("grpcpool: dial
+// \"addr\": …"): the dial's (within ErrorTTL, the remembered error of the
+// last dial, at once), a wait for room under MaxConns that ctx ended
+// (wrapping ctx.Err()), or, once Close has begun, one that matches
+// ErrClosed. If addr is not a member (once SetMembers has been called),
+// call runs all the same, on a connection that the package doc's rule for
+// non-members governs.
 //
-// On a ready connection Do takes no lock and allocates nothing of its own:
-// a lease (two compare-and-swaps) and a counter. If call panics, the
-// connection is let go and the panic propagates.
+// On a member's ready connection Do takes no lock and allocates nothing of
+// its own: a lease (two compare-and-swaps) and a counter. If call panics,
+// the connection is let go and the panic propagates.
 func (p *Pool) Do(ctx context.Context, addr string, call func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
 	if call == nil {
-		return errNilCall
+		return fmt.Errorf("grpcpool: Do %q with a nil call", addr)
+	}
+	m := p.members.Load()
+	if m != nil && !m.has(addr) {
+		return p.doNonMember(ctx, addr, call)
 	}
 	lease, err := p.cache.Acquire(ctx, addr)
 	if err != nil {
+		if errors.Is(err, errAbandoned) {
+			// The address left the members while Do waited for its
+			// dial, which had no call of a non-member's to serve: ask
+			// again, as a non-member.
+			p.cache.Forget(addr)
+			return p.Do(ctx, addr, call)
+		}
 		return p.noConn(ctx, addr, err)
 	}
-	defer lease.Release() // after a drop below: the last lease closes the connection
+	if now := p.members.Load(); now != m && !now.has(addr) {
+		// The address left the members while Do waited for its
+		// connection: the call is a non-member's.
+		return p.run(ctx, addr, lease, call, p.joinConn(addr, lease.Value()))
+	}
+	defer lease.Release() // after a drop in call: the last lease closes the connection
+	return p.call(ctx, lease.Value(), call)
+}
+
+// doNonMember is Do for an address that is not a member: the call counts
+// itself from before it asks for the connection to after it ends, so that
+// the connection is shared by the calls that overlap and closed by the
+// last (see the package doc).
+func (p *Pool) doNonMember(ctx context.Context, addr string, call func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
+	p.join(addr)
+	for {
+		lease, err := p.cache.Acquire(ctx, addr)
+		if err != nil {
+			if errors.Is(err, errAbandoned) {
+				p.cache.Forget(addr) // the answer of a dial that ended before this call counted itself
+				continue
+			}
+			p.leave(addr)
+			return p.noConn(ctx, addr, err)
+		}
+		if c := lease.Value(); dropCause(c.cause.Load()) != notDropped {
+			// Out of service (its last call ended as this one asked for
+			// it, or a connection error): not this call's, which dials
+			// another.
+			p.drop(c, notDropped)
+			lease.Release()
+			continue
+		}
+		return p.run(ctx, addr, lease, call, true)
+	}
+}
+
+// run runs call on lease's connection; counted says whether the call counts
+// itself as a non-member's, to be uncounted (leave) as it ends, before its
+// lease does.
+func (p *Pool) run(ctx context.Context, addr string, lease epcache.Lease[string, *conn], call func(ctx context.Context, cc grpc.ClientConnInterface) error, counted bool) error {
 	c := lease.Value()
+	defer func() {
+		if counted {
+			p.leave(addr) // drops c if it was the last: the lease's end then closes it
+		}
+		lease.Release()
+	}()
+	return p.call(ctx, c, call)
+}
+
+// call runs call on c and drops c if its error is a connection error.
+func (p *Pool) call(ctx context.Context, c *conn, call func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
 	p.st.calls.Add(1)
-	err = call(ctx, c.cc)
-	if err != nil && p.cfg.IsConnError(err) {
+	err := call(ctx, c.cc)
+	if err != nil && p.isConnError(err, c.cc) {
 		p.st.connErrors.Add(1)
 		p.drop(c, dropConnError)
-	} else if m := p.members.Load(); m != nil && !m.has(addr) {
-		p.drop(c, dropMembership)
 	}
 	return err
 }
 
-// noConn is Do's error when the cache gave it no connection.
+// isConnError is Config.IsConnError, or the default: see IsConnError's doc.
+func (p *Pool) isConnError(err error, cc *grpc.ClientConn) bool {
+	if p.cfg.IsConnError != nil {
+		return p.cfg.IsConnError(err)
+	}
+	return IsUnavailable(err) && cc.GetState() != connectivity.Ready
+}
+
+// join counts a call to addr, a non-member, that is about to ask for its
+// connection.
+func (p *Pool) join(addr string) {
+	p.mu.Lock()
+	if p.guests == nil {
+		p.guests = make(map[string]int)
+	}
+	p.guests[addr]++
+	p.mu.Unlock()
+}
+
+// joinConn counts a call to addr, a non-member, that holds c already,
+// unless c is out of service; it reports whether it counted the call.
+func (p *Pool) joinConn(addr string, c *conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if dropCause(c.cause.Load()) != notDropped {
+		return false
+	}
+	if p.guests == nil {
+		p.guests = make(map[string]int)
+	}
+	p.guests[addr]++
+	return true
+}
+
+// leave uncounts a call to addr that join or joinConn counted. If it was
+// the last and addr is still not a member, addr's connection in the pool,
+// if any, is dropped: no call to addr is left to share it. (It is the
+// connection the call ran on, or one dialed while it ran after a
+// connection error dropped that.)
+func (p *Pool) leave(addr string) {
+	p.mu.Lock()
+	n := p.guests[addr] - 1
+	if n > 0 {
+		p.guests[addr] = n
+	} else {
+		delete(p.guests, addr)
+	}
+	var c *conn
+	if n == 0 && !p.isMember(addr) {
+		if cur, ok := p.cache.Load(addr); ok && p.markDropped(cur, dropNonMember) {
+			c = cur
+		}
+	}
+	p.mu.Unlock()
+	if c != nil {
+		p.drop(c, dropNonMember) // a call's lease, if any, then closes it as it ends
+	}
+}
+
+// retire marks c, addr's connection, dropped for cause unless a call to
+// addr counts itself (join): then the last of those calls drops it. It
+// reports whether it marked c; the caller then drops it.
+func (p *Pool) retire(addr string, c *conn, cause dropCause) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.guests[addr] == 0 && p.markDropped(c, cause)
+}
+
+// abandoned reports whether a dial of addr has nobody to serve: addr is not
+// a member and no call to it counts itself. (A member's dial is kept even
+// when its callers have left: its connection is wanted.)
+func (p *Pool) abandoned(addr string) bool {
+	if p.isMember(addr) {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.guests[addr] == 0
+}
+
+// isMember reports whether addr is a member.
+func (p *Pool) isMember(addr string) bool {
+	m := p.members.Load()
+	return m == nil || m.has(addr)
+}
+
+// noConn is Do's and Warm's error when the cache gave them no connection:
+// ctx's own error as it is, and otherwise an error that names the pool and
+// addr.
 func (p *Pool) noConn(ctx context.Context, addr string, err error) error {
+	var de *dialError
+	var pe *epcache.PanicError
 	switch {
 	case errors.Is(err, epcache.ErrClosed):
-		return ErrClosed
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		return err // the caller's own context ended: unchanged
-	case addr == "":
-		return errors.New("grpcpool: empty address")
-	case errors.Is(err, context.DeadlineExceeded):
-		// epcache's CreateTimeout: the dial neither succeeded nor failed
-		// in time (an address that never answers, a Dial that hangs).
+		return &closedError{addr}
+	case ctx.Err() != nil && err == ctx.Err():
+		return err // the caller's own context ended while it waited for a dial: unchanged
+	case errors.As(err, &de) && err == error(de):
+		return err // the dial's own error, which names addr
+	case errors.Is(err, epcache.ErrCreateTimeout):
+		// The dial neither succeeded nor failed in time (an address that
+		// never answers, a Dial that hangs).
 		return fmt.Errorf("grpcpool: dial %q: no Ready connection within DialTimeout (%v): %w", addr, p.cfg.DialTimeout, err)
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return fmt.Errorf("grpcpool: dial %q: no room under MaxConns before the call's context ended: %w", addr, err)
+	case errors.Is(err, epcache.ErrGoexit):
+		return fmt.Errorf("grpcpool: dial %q: Config.Dial or Config.DialRetry called runtime.Goexit: %w", addr, err)
+	case errors.As(err, &pe):
+		return fmt.Errorf("grpcpool: dial %q: Config.DialRetry panicked: %w", addr, err)
 	}
-	return err // the dial's own error, which names addr
+	return fmt.Errorf("grpcpool: dial %q: %w", addr, err)
+}
+
+// dialError is the error of a dial: it names the pool and the address.
+type dialError struct {
+	addr string
+	err  error
+}
+
+func (e *dialError) Error() string { return fmt.Sprintf("grpcpool: dial %q: %v", e.addr, e.err) }
+func (e *dialError) Unwrap() error { return e.err }
+
+// closedError is Do's and Warm's error once Close has begun: it names the
+// address, and matches ErrClosed.
+type closedError struct{ addr string }
+
+func (e *closedError) Error() string { return fmt.Sprintf("grpcpool: %q: pool closed", e.addr) }
+func (e *closedError) Unwrap() error { return ErrClosed }
+
+// markDropped gives c its drop cause, unless it has one: it reports
+// whether it did.
+func (p *Pool) markDropped(c *conn, cause dropCause) bool {
+	if !c.cause.CompareAndSwap(int32(notDropped), int32(cause)) {
+		return false
+	}
+	c.droppedAt.Store(p.now().UnixNano())
+	return true
 }
 
 // drop takes c out of the pool for cause, unless it left already: the next
 // Do for its address dials again, and c is closed once its last call ends
-// (and its drain delay, for a departed or unhealthy member). A drop about
-// an old connection never removes its replacement (CompareAndInvalidate).
+// (and its drain delay, for a departed or unhealthy member). The first
+// cause given is the one that counts. A drop about an old connection never
+// removes its replacement (CompareAndInvalidate).
 func (p *Pool) drop(c *conn, cause dropCause) bool {
-	if c.cause.CompareAndSwap(int32(notDropped), int32(cause)) {
-		c.droppedAt.Store(p.now().UnixNano())
+	if cause != notDropped {
+		p.markDropped(c, cause)
 	}
 	if !p.cache.CompareAndInvalidate(c.addr, c) {
 		return false
@@ -198,15 +408,16 @@ func (p *Pool) drop(c *conn, cause dropCause) bool {
 	return true
 }
 
-// SetMembers makes addrs the pool's members: connections to every other
-// address are closed once the calls on them end.
+// SetMembers makes addrs the pool's members. The connections to every
+// other address leave the pool: a member's that left stays open for
+// DrainDelay and until its calls end; the connection of an address that
+// was not a member before either is governed by the rule for non-members
+// (see the package doc), as is a dial in flight for an address that leaves.
 //
 // An address it adds (one that was not a member before) has its remembered
 // dial failure forgotten (ErrorTTL), so that a member that comes back is
-// dialed at once. A connection dropped here stays open for DrainDelay. Do
-// still serves an address that is not a member, on a connection closed
-// when its calls end. Before the first SetMembers, every address is a
-// member; SetMembers(nil) makes none.
+// dialed at once. Before the first SetMembers, every address is a member;
+// SetMembers(nil) makes none.
 func (p *Pool) SetMembers(addrs []string) {
 	set := &memberSet{m: make(map[string]struct{}, len(addrs))}
 	for _, a := range addrs {
@@ -222,11 +433,13 @@ func (p *Pool) SetMembers(addrs []string) {
 			}
 		}
 	}
-	p.dropDeparted(set)
+	p.dropDeparted(old, set)
 }
 
-// dropDeparted drops the connections to addresses not in set.
-func (p *Pool) dropDeparted(set *memberSet) {
+// dropDeparted drops the connections to addresses not in set: as departed
+// members' if they were in old (nil: every address was), and otherwise as
+// non-members' that no call uses.
+func (p *Pool) dropDeparted(old, set *memberSet) {
 	var gone []*conn
 	for addr, c := range p.cache.All() {
 		if !set.has(addr) {
@@ -234,27 +447,28 @@ func (p *Pool) dropDeparted(set *memberSet) {
 		}
 	}
 	for _, c := range gone {
-		p.drop(c, dropMembership)
+		cause := dropNonMember
+		if old == nil || old.has(c.addr) {
+			cause = dropMembership
+		}
+		if p.retire(c.addr, c, cause) {
+			p.drop(c, cause)
+		}
 	}
 }
 
-// Warm dials every address of addrs that has no connection, concurrently,
+// Warm dials every member of addrs that has no connection, concurrently,
 // and waits for the dials: the first calls then find their connections
-// Ready. It returns the dials' errors, joined (nil if every address has a
-// connection), or ctx.Err() if ctx ended first. Under MaxConns, warming more
-// addresses than MaxConns evicts the least recently used.
+// Ready. It skips an address that is not a member, whose connection would
+// close as Warm returned (see the package doc). It returns the dials'
+// errors, joined (nil if every member has a connection), or ctx.Err() if
+// ctx ended first. Under MaxConns, warming more addresses than there is
+// room for evicts connections as a Do would (Config.MaxConns).
 func (p *Pool) Warm(ctx context.Context, addrs ...string) error {
 	errs := make([]error, len(addrs))
 	var wg sync.WaitGroup
 	for i, addr := range addrs {
-		wg.Go(func() {
-			lease, err := p.cache.Acquire(ctx, addr)
-			if err != nil {
-				errs[i] = p.noConn(ctx, addr, err)
-				return
-			}
-			lease.Release()
-		})
+		wg.Go(func() { errs[i] = p.warm(ctx, addr) })
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -263,19 +477,47 @@ func (p *Pool) Warm(ctx context.Context, addrs ...string) error {
 	return errors.Join(errs...)
 }
 
+// warm is Warm of one address.
+func (p *Pool) warm(ctx context.Context, addr string) error {
+	for {
+		m := p.members.Load()
+		if m != nil && !m.has(addr) {
+			return nil
+		}
+		lease, err := p.cache.Acquire(ctx, addr)
+		if err != nil {
+			if errors.Is(err, errAbandoned) {
+				p.cache.Forget(addr) // it left the members meanwhile: skipped
+				continue
+			}
+			return p.noConn(ctx, addr, err)
+		}
+		if now := p.members.Load(); now != m && !now.has(addr) {
+			// It left the members while Warm waited for its connection:
+			// no call holds the connection, which goes.
+			if c := lease.Value(); p.retire(addr, c, dropNonMember) {
+				p.drop(c, dropNonMember)
+			}
+		}
+		lease.Release()
+		return nil
+	}
+}
+
 // Forget drops addr's remembered dial failure (ErrorTTL), so that the next
 // Do dials at once; it reports whether there was one still in force.
 func (p *Pool) Forget(addr string) bool {
 	return p.cache.Forget(addr)
 }
 
-// Close shuts the pool down: Do and Warm return ErrClosed from its first
-// step, the health checker stops, dials in flight are cancelled (a Dial
-// that ignores its context is waited for), and every connection is closed,
-// drain delays cut short. A connection a call is using is closed when the
-// call returns: Close waits for the calls in flight (cancel their contexts
-// to hurry it). When Close returns, every connection the pool dialed is
-// closed. A second Close waits for the first and returns its error.
+// Close shuts the pool down: Do and Warm return an error matching ErrClosed
+// from its first step, the health checker stops, dials in flight are
+// cancelled (a Dial that ignores its context is waited for), and every
+// connection is closed, drain delays cut short. A connection a call is
+// using is closed when the call returns: Close waits for the calls in
+// flight (cancel their contexts to hurry it). When Close returns, every
+// connection the pool dialed is closed. A second Close waits for the first
+// and returns its error.
 func (p *Pool) Close() error {
 	p.closeOnce.Do(func() {
 		close(p.closing)

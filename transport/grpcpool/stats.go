@@ -16,6 +16,7 @@ type Stats struct {
 	ErrorHits  uint64 // Do and Warm answered with a remembered dial failure (ErrorTTL), without a dial
 	Forgotten  uint64 // remembered failures forgotten by SetMembers
 	SlotWaits  uint64 // dials that waited for a draining connection to close (MaxConns)
+	Abandoned  uint64 // dials given up, before Dial or once Ready, because their address is not a member and no call to it is left (see the package doc)
 
 	Calls      uint64 // calls Do ran
 	ConnErrors uint64 // calls whose error IsConnError accepted
@@ -25,6 +26,7 @@ type Stats struct {
 	// its drain delay).
 	DropsConnError  uint64 // a call's connection error
 	DropsMembership uint64 // the address left the members
+	DropsNonMember  uint64 // the address is not a member, and no call to it is left
 	DropsHealth     uint64 // health checks failing for the grace period
 	DropsIdle       uint64 // unused for IdleTimeout
 	DropsEvicted    uint64 // evicted for another address's room (MaxConns)
@@ -49,8 +51,9 @@ type Stats struct {
 type counters struct {
 	calls                                                        atomic.Uint64
 	dials, dialErrors, connErrors, forgotten, slotWaits, closed  atomic.Uint64
+	abandoned                                                    atomic.Uint64
 	healthRounds, healthChecks, healthFailures                   atomic.Uint64
-	drops                                                        [dropHealth + 1]atomic.Uint64
+	drops                                                        [numDropCauses]atomic.Uint64
 	open, peakOpen, draining, checksInFlight, peakChecksInFlight atomic.Int64
 }
 
@@ -87,10 +90,12 @@ func (p *Pool) Stats() Stats {
 		ErrorHits:       c.ErrorHits,
 		Forgotten:       s.forgotten.Load(),
 		SlotWaits:       s.slotWaits.Load(),
+		Abandoned:       s.abandoned.Load(),
 		Calls:           s.calls.Load(),
 		ConnErrors:      s.connErrors.Load(),
 		DropsConnError:  s.drops[dropConnError].Load(),
 		DropsMembership: s.drops[dropMembership].Load(),
+		DropsNonMember:  s.drops[dropNonMember].Load(),
 		DropsHealth:     s.drops[dropHealth].Load(),
 		DropsIdle:       c.IdleRemovals,
 		DropsEvicted:    c.Evictions,

@@ -47,7 +47,8 @@ type Options struct {
 	MaxConns      int           // epcache only: dskit has none
 	ErrorTTL      time.Duration // epcache only: 0 is grpcpool's default (1s), negative none
 	DialRetry     func(int, error) (time.Duration, bool)
-	DrainDelay    time.Duration // epcache only
+	DrainDelay    time.Duration    // epcache only
+	IsConnError   func(error) bool // epcache only: grpcpool's Config.IsConnError (nil: its default)
 	// OnConnError is what a dskit user does about a call's connection
 	// error: nothing, RemoveClientFor(addr) (the pattern of mimir #13123),
 	// or RemoveClient(client, addr) (remove-by-value, dskit #439).
@@ -174,6 +175,7 @@ func NewEpcache(o Options) (*Epcache, error) {
 		HealthCheckTimeout:     o.HealthTimeout,
 		HealthCheckGracePeriod: o.Grace,
 		DrainDelay:             o.DrainDelay,
+		IsConnError:            o.IsConnError,
 	})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,208 @@
+package grpcpool_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/epcache/epcache/transport/grpcpool"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// The tests of this file hold the package doc's rule for the connections
+// to an address that is not a member: shared by the calls that overlap,
+// dialed once, closed when the last of them ends, never draining, never
+// holding a unit of MaxConns after that.
+
+// TestANonMembersConnectionClosesWhenItsLastCallEnds: DrainDelay is for a
+// member that left, not for an address that never was one. Each call to
+// a non-member that overlaps no other closes its connection before its Do
+// returns.
+func TestANonMembersConnectionClosesWhenItsLastCallEnds(t *testing.T) {
+	a, b := startServer(t), startServer(t)
+	var socks sockets
+	p := newPool(t, grpcpool.Config{DrainDelay: patience, DialOptions: socks.options()})
+	p.SetMembers([]string{a.addr})
+	for range 5 {
+		if err := p.Do(context.Background(), b.addr, check); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := p.Stats(); st.Open != 0 || st.Draining != 0 || socks.to(b.addr) != 0 {
+		t.Errorf("after 5 calls to a non-member, each over: Open=%d Draining=%d, %d sockets to it; want 0, 0, 0", st.Open, st.Draining, socks.to(b.addr))
+	}
+}
+
+// TestFinishedCallsToANonMemberHoldNoSlot: under MaxConns, the slots
+// that finished calls to a non-member used are free for a member's first
+// dial at once, whatever DrainDelay is.
+func TestFinishedCallsToANonMemberHoldNoSlot(t *testing.T) {
+	const maxConns = 4
+	a, b := startServer(t), startServer(t)
+	p := newPool(t, grpcpool.Config{MaxConns: maxConns, DrainDelay: patience})
+	p.SetMembers([]string{a.addr})
+	for range maxConns {
+		if err := p.Do(context.Background(), b.addr, check); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Do(ctx, a.addr, check) }()
+	var err error
+	waitFor(t, "the member's call returns or waits for a slot", func() bool {
+		select {
+		case err = <-done:
+			return true
+		default:
+			return p.Stats().SlotWaits > 0
+		}
+	})
+	if st := p.Stats(); st.SlotWaits > 0 {
+		cancel()
+		<-done
+		t.Fatalf("the member's first dial waited for a slot (SlotWaits=%d, Open=%d, Draining=%d) after %d finished calls to a non-member; want it dialed at once", st.SlotWaits, st.Open, st.Draining, maxConns)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConcurrentCallsToANonMemberShareOneConnection: while one call to a
+// non-member holds its connection, 200 more from 8 goroutines, each
+// beginning and ending while it runs, use that same connection: one dial,
+// one socket, and the connection closes when the held call, the last,
+// ends.
+func TestConcurrentCallsToANonMemberShareOneConnection(t *testing.T) {
+	const goroutines, calls = 8, 25
+	a, b := startServer(t), startServer(t)
+	var socks sockets
+	var dials atomic.Int64
+	p := newPool(t, grpcpool.Config{Dial: func(_ context.Context, addr string) (*grpc.ClientConn, error) {
+		dials.Add(1)
+		return grpc.NewClient(addr, socks.options()...)
+	}})
+	p.SetMembers([]string{a.addr})
+	h := newHeld()
+	h.run(t, p, b.addr)
+	held := h.cc.Load()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	others := 0
+	for range goroutines {
+		wg.Go(func() {
+			for range calls {
+				err := p.Do(context.Background(), b.addr, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+					if cc != held {
+						mu.Lock()
+						others++
+						mu.Unlock()
+					}
+					return check(ctx, cc)
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := h.finish(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := dials.Load(); n != 1 || others != 0 || socks.g.peak.Load() != 1 {
+		t.Errorf("%d calls while one held its connection: %d dials, %d calls on another connection, at most %d sockets at once; want 1, 0, 1", goroutines*calls, n, others, socks.g.peak.Load())
+	}
+	if st := p.Stats(); st.Open != 0 || socks.to(b.addr) != 0 {
+		t.Errorf("after the last call: Open=%d, %d sockets; want 0 and 0", st.Open, socks.to(b.addr))
+	}
+}
+
+// TestADialInFlightWhenItsAddressLeavesIsClosed: a connection whose dial
+// SetMembers overtakes is the connection of a non-member.
+func TestADialInFlightWhenItsAddressLeavesIsClosed(t *testing.T) {
+	// gated returns a Dial that waits for gate and says when it began.
+	gated := func() (dial func(context.Context, string) (*grpc.ClientConn, error), entered chan struct{}, gate chan struct{}) {
+		entered, gate = make(chan struct{}, 16), make(chan struct{})
+		return func(_ context.Context, addr string) (*grpc.ClientConn, error) {
+			entered <- struct{}{}
+			<-gate
+			return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		}, entered, gate
+	}
+
+	t.Run("warm", func(t *testing.T) {
+		a, b := startServer(t), startServer(t)
+		dial, entered, gate := gated()
+		p := newPool(t, grpcpool.Config{Dial: dial})
+		p.SetMembers([]string{a.addr, b.addr})
+		warmed := make(chan error, 1)
+		go func() { warmed <- p.Warm(context.Background(), b.addr) }()
+		<-entered
+		p.SetMembers([]string{a.addr})
+		close(gate)
+		if err := <-warmed; err != nil {
+			t.Fatalf("Warm: %v", err)
+		}
+		if st := p.Stats(); st.Open != 0 {
+			t.Errorf("after Warm of an address that left while it dialed: Open=%d Ready=%d Closed=%d; want its connection closed", st.Open, st.Ready, st.Closed)
+		}
+	})
+
+	t.Run("caller-left", func(t *testing.T) {
+		a, b := startServer(t), startServer(t)
+		dial, entered, gate := gated()
+		p := newPool(t, grpcpool.Config{Dial: dial})
+		p.SetMembers([]string{a.addr, b.addr})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Do(ctx, b.addr, check) }()
+		<-entered
+		cancel()
+		if err := <-done; err != context.Canceled {
+			t.Fatalf("Do: %v; want its ctx's error", err)
+		}
+		p.SetMembers([]string{a.addr})
+		close(gate)
+		waitFor(t, "the dial ends", func() bool {
+			c := p.Stats().Cache
+			return c.Creates+c.CreateErrors > 0
+		})
+		if st := p.Stats(); st.Open != 0 || st.Ready != 0 {
+			t.Errorf("after a dial nobody waits for, to an address that left while it ran: Open=%d Ready=%d; want 0 and 0", st.Open, st.Ready)
+		}
+	})
+
+	t.Run("caller-waits", func(t *testing.T) {
+		a, b := startServer(t), startServer(t)
+		dial, entered, gate := gated()
+		p := newPool(t, grpcpool.Config{Dial: dial, DrainDelay: patience})
+		p.SetMembers([]string{a.addr, b.addr})
+		done := make(chan error, 1)
+		go func() { done <- p.Do(context.Background(), b.addr, check) }()
+		<-entered
+		p.SetMembers([]string{a.addr})
+		close(gate)
+		if err := <-done; err != nil {
+			t.Fatalf("Do: %v", err)
+		}
+		if st := p.Stats(); st.Open != 0 || st.Draining != 0 {
+			t.Errorf("after the call that waited for the dial: Open=%d Draining=%d; want 0 and 0", st.Open, st.Draining)
+		}
+	})
+
+	t.Run("warm-non-member", func(t *testing.T) {
+		a, b := startServer(t), startServer(t)
+		p := newPool(t, grpcpool.Config{})
+		p.SetMembers([]string{a.addr})
+		if err := p.Warm(context.Background(), b.addr); err != nil {
+			t.Fatal(err)
+		}
+		if st := p.Stats(); st.Open != 0 {
+			t.Errorf("after Warm of a non-member: Open=%d Ready=%d; want 0 (no call holds it)", st.Open, st.Ready)
+		}
+	})
+}
