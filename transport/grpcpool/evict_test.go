@@ -122,7 +122,6 @@ func TestMaxConnsEvictsTheAddressAskedForLeast(t *testing.T) {
 // to six addresses under MaxConns 2 need four evictions, and leave two
 // connections, not one. Ten rounds, each on a pool of its own.
 func TestConcurrentFirstCallsEvictNoMoreThanNeeded(t *testing.T) {
-	t.Skip("core fix pending: epcache's eviction reports success for a value a lease caught as it was removed, and evicts one more")
 	const servers, maxConns, rounds = 6, 2, 10
 	var addrs []string
 	for range servers {
