@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.1.2
-	github.com/epcache/epcache v0.0.0
+	github.com/epcache/epcache v0.1.0
 	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/maypok86/otter/v2 v2.4.0
 	github.com/puzpuzpuz/xsync/v3 v3.5.1

@@ -3,8 +3,8 @@ module github.com/epcache/epcache/etcd
 go 1.26.0
 
 require (
-	github.com/epcache/epcache v0.0.0
-	github.com/epcache/epcache/bench v0.0.0
+	github.com/epcache/epcache v0.1.0
+	github.com/epcache/epcache/bench v0.1.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3

@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/chromedp/chromedp v0.23.0
-	github.com/epcache/epcache v0.0.0
-	github.com/epcache/epcache/bench v0.0.0
+	github.com/epcache/epcache v0.1.0
+	github.com/epcache/epcache/bench v0.1.0
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/stretchr/testify v1.12.1
 	golang.org/x/term v0.48.0

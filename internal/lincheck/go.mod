@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
-	github.com/epcache/epcache v0.0.0
+	github.com/epcache/epcache v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )

@@ -36,7 +36,7 @@ func TestImportingTheLibraryBringsNoHarnessModule(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("go.mod", "module example.com/user\n\ngo 1.26.0\n\nrequire github.com/epcache/epcache v0.0.0\n\nreplace github.com/epcache/epcache => "+root+"\n")
+	write("go.mod", "module example.com/user\n\ngo 1.26.0\n\nrequire github.com/epcache/epcache v0.1.0\n\nreplace github.com/epcache/epcache => "+root+"\n")
 	write("main.go", `package main
 
 import (
@@ -86,5 +86,27 @@ func main() {
 			t.Errorf("a program importing only the library has %s in go list -m all:\n%s", bad, mods)
 		}
 	}
+	// The whole graph, as the README states it: the library, and the
+	// modules its own tests use, which Go lists but builds nothing of
+	// into the program.
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(mods), "\n") {
+		if p := strings.Fields(line)[0]; p != "example.com/user" {
+			got = append(got, p)
+		}
+	}
+	if strings.Join(got, " ") != strings.Join(libraryGraph, " ") {
+		t.Errorf("go list -m all of a program importing only the library lists %v; the README states %v", got, libraryGraph)
+	}
 	t.Logf("go list -m all of a program importing only the library:\n%s", mods)
+}
+
+// libraryGraph is the module graph of a program that imports only the
+// library, in go list's order, as the README's "Install" states it.
+var libraryGraph = []string{
+	"github.com/cespare/xxhash/v2", // the flood tests' unkeyed hash
+	"github.com/epcache/epcache",
+	"github.com/stretchr/testify", // tests
+	"go.uber.org/goleak",          // tests
+	"go.yaml.in/yaml/v3",          // testify's
 }

@@ -3,7 +3,7 @@ module github.com/epcache/epcache/observe/prometheus
 go 1.26.0
 
 require (
-	github.com/epcache/epcache v0.0.0
+	github.com/epcache/epcache v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0
 	github.com/stretchr/testify v1.12.1

@@ -3,7 +3,7 @@ module github.com/epcache/epcache/transport/grpcpool
 go 1.26.0
 
 require (
-	github.com/epcache/epcache v0.0.0
+	github.com/epcache/epcache v0.1.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 )

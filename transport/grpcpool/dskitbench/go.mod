@@ -3,7 +3,7 @@ module github.com/epcache/epcache/transport/grpcpool/dskitbench
 go 1.26.0
 
 require (
-	github.com/epcache/epcache/transport/grpcpool v0.0.0
+	github.com/epcache/epcache/transport/grpcpool v0.1.0
 	github.com/go-kit/log v0.2.1
 	github.com/grafana/dskit v0.0.0-20260703122047-de1ec7541c44
 	google.golang.org/grpc v1.85.0
@@ -17,7 +17,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.6.0 // indirect
-	github.com/epcache/epcache v0.0.0 // indirect
+	github.com/epcache/epcache v0.1.0 // indirect
 	github.com/fatih/color v1.16.0 // indirect
 	github.com/go-logfmt/logfmt v0.5.1 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
