@@ -93,11 +93,19 @@ type Config[K comparable, V any] struct {
 
 	// MaxEntries, if positive, bounds at every instant the values created and
 	// not yet released plus the creations running. A Get or Acquire that
-	// needs a new value when the cache is full first evicts an unleased value
-	// (approximately the least recently used) and waits for its Release to
-	// return before Create starts; when every value is leased or being
-	// created, it waits for room until its context ends (an error wrapping
-	// ctx.Err()).
+	// needs a new value when the cache is full first evicts an unleased
+	// value that has not been used since the clock hand last passed it,
+	// choosing among those the one asked for least often (a CLOCK weighed by
+	// a frequency sketch): a key asked for often outlives one asked for
+	// once, even if that one was used more recently. It waits for the
+	// evicted value's Release to return before Create starts; when every
+	// value is leased or being created, it waits for room until its context
+	// ends (an error wrapping ctx.Err()).
+	//
+	// Choose it from the descriptor budget (the process's RLIMIT_NOFILE less
+	// what else it opens), not from the number of peers, and above the
+	// working set (the peers used within one IdleTimeout), or every miss
+	// evicts a peer that is needed again soon and every use is a reconnect.
 	//
 	// Waiters for room are served in the order they began to wait, except that a
 	// waiter whose own eviction freed a unit of room takes that unit (each waiter

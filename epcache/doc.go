@@ -50,8 +50,10 @@
 //     with the values that came and went.
 //   - With [Config.MaxEntries], values alive (created, not yet released)
 //     plus creations running never exceed it: a creation that needs room
-//     evicts an unleased value (CLOCK, approximately least recently used)
-//     and waits, in line, for its Release to return. With
+//     evicts an unleased value that has not been used since the clock hand
+//     last passed it, choosing among those the one asked for least often
+//     (a CLOCK weighed by a frequency sketch), and waits, in line, for its
+//     Release to return. With
 //     [Config.IdleTimeout], a value unused for about that long is removed
 //     and released. Neither costs a hit on a value in use anything.
 //   - [Cache.Close] refuses new work, cancels and waits for creations in

@@ -243,8 +243,9 @@ func (r *room[K, V]) short() bool {
 	return waiting > evicting
 }
 
-// evictOne evicts one unleased value, approximately the least recently
-// and least often used, and reports whether it found one. The clock hand
+// evictOne evicts one unleased value, one not used since the hand last
+// passed it and, of those, the least asked for, and reports whether it
+// found one. The clock hand
 // cools young values and collects up to evictionSample unused, unleased
 // ones; of those, the one the frequency sketch says was asked for least
 // goes: a peer asked for once makes room before one that comes back

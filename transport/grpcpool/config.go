@@ -18,10 +18,6 @@ const (
 	// DefaultHealthCheckTimeout is the HealthCheckTimeout of a zero
 	// Config.HealthCheckTimeout.
 	DefaultHealthCheckTimeout = time.Second
-	// DefaultErrorTTL is the ErrorTTL of a zero Config.ErrorTTL: a dead
-	// address is dialed about once a second, as often as gRPC's own
-	// reconnect backoff starts.
-	DefaultErrorTTL = time.Second
 	// DefaultMaxConcurrentHealthChecks is the MaxConcurrentHealthChecks of
 	// a zero Config.MaxConcurrentHealthChecks, as in dskit.
 	DefaultMaxConcurrentHealthChecks = 16
@@ -29,7 +25,7 @@ const (
 
 // Config configures a [Pool]. Every field is optional; a zero value means
 // the default: no health checking, no idle timeout, no bound, no drain
-// delay, failed dials remembered for DefaultErrorTTL.
+// delay, failed dials not remembered.
 type Config struct {
 	// Dial makes addr's connection. Default: grpc.NewClient(addr, DialOptions...).
 	//
@@ -90,13 +86,15 @@ type Config struct {
 	// only its final outcome. Nil: one attempt.
 	DialRetry func(attempt int, err error) (wait time.Duration, retry bool)
 
-	// ErrorTTL makes a failed dial the answer for that address, without
-	// dialing again, for ErrorTTL (epcache ErrorTTL): a dead member is not
-	// hammered. DefaultErrorTTL if 0; a negative ErrorTTL remembers
-	// nothing, so that every Do for a dead address dials it (thousands of
-	// connects a second from a busy caller). SetMembers forgets the failure
-	// of an address it adds to the members, so that a member that comes
-	// back is dialed at once; so does Forget.
+	// ErrorTTL, if positive, makes a failed dial the answer for that
+	// address, without dialing again, for ErrorTTL: a dead member is not
+	// hammered. It is [epcache.Config.ErrorTTL], with its conventions: 0
+	// remembers nothing, so that every Do for a dead address dials it
+	// (thousands of connects a second from a busy caller: set it, to about
+	// a second, as often as gRPC's own reconnect backoff starts), and a
+	// negative ErrorTTL is an error. SetMembers forgets the failure of an
+	// address it adds to the members, so that a member that comes back is
+	// dialed at once; so does Forget.
 	ErrorTTL time.Duration
 
 	// HealthCheckInterval, if positive, health-checks every connection of
@@ -125,6 +123,8 @@ type Config struct {
 
 func (cfg *Config) validate() error {
 	switch {
+	case cfg.ErrorTTL < 0:
+		return fmt.Errorf("grpcpool: Config.ErrorTTL is %v; want 0 (failures not remembered) or a positive duration", cfg.ErrorTTL)
 	case cfg.MaxConns < 0:
 		return fmt.Errorf("grpcpool: Config.MaxConns is %d; want 0 (no bound) or a positive count", cfg.MaxConns)
 	case cfg.IdleTimeout < 0:
@@ -155,12 +155,6 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = DefaultDialTimeout
-	}
-	switch {
-	case cfg.ErrorTTL == 0:
-		cfg.ErrorTTL = DefaultErrorTTL
-	case cfg.ErrorTTL < 0:
-		cfg.ErrorTTL = 0 // epcache: nothing remembered
 	}
 	if cfg.HealthCheckTimeout == 0 {
 		cfg.HealthCheckTimeout = DefaultHealthCheckTimeout

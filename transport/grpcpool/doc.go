@@ -34,10 +34,10 @@
 // enters TRANSIENT_FAILURE (the address does not resolve, nothing listens,
 // the server is not gRPC) fails the dial at once with the reason gRPC gives,
 // and one that never answers fails it at DialTimeout. So a dead address
-// costs its callers one failed dial, remembered for Config.ErrorTTL (a
-// second by default) so that it is not hammered, instead of hanging every
-// call until its own deadline; and a call that Do
-// runs starts on a connection that was Ready a moment ago. Config.DialRetry
+// costs its callers one failed dial, remembered for Config.ErrorTTL (set
+// it: by default nothing is remembered) so that it is not hammered,
+// instead of hanging every call until its own deadline; and a call that
+// Do runs starts on a connection that was Ready a moment ago. Config.DialRetry
 // retries a failed dial within DialTimeout (with [epcache.Backoff]: capped
 // exponential backoff with jitter), so that a member restarting in place is
 // waited for.

@@ -65,7 +65,7 @@ func TestErrorTTLRemembersAFailedDialAndSetMembersForgetsIt(t *testing.T) {
 
 func TestWithoutErrorTTLEveryDoDials(t *testing.T) {
 	dead := deadAddr(t)
-	p := newPool(t, grpcpool.Config{ErrorTTL: -1})
+	p := newPool(t, grpcpool.Config{})
 	for range 3 {
 		if err := p.Do(context.Background(), dead, check); err == nil {
 			t.Fatal("Do on a dead address succeeded")
@@ -291,6 +291,7 @@ func TestNewRejectsABadConfigNamingTheField(t *testing.T) {
 		{grpcpool.Config{HealthCheckGracePeriod: -1}, "HealthCheckGracePeriod"},
 		{grpcpool.Config{MaxConcurrentHealthChecks: -1}, "MaxConcurrentHealthChecks"},
 		{grpcpool.Config{DrainDelay: -1}, "DrainDelay"},
+		{grpcpool.Config{ErrorTTL: -1}, "ErrorTTL"},
 	} {
 		p, err := grpcpool.New(tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), "Config."+tc.field) {

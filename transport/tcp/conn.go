@@ -239,7 +239,7 @@ func (c *conn) readFrames() (pending []Message, err error) {
 // full and the connection drains (see readFrames). Where connections can
 // be closed for room or idleness, a frame received is a use of the
 // connection (so that one the other end keeps sending on is not closed
-// here as idle or least recently used), and while the inbox is full the
+// here as idle, nor evicted as unused), and while the inbox is full the
 // reader holds a lease on its connection: a frame in hand is a use in
 // progress, as a write is.
 func (c *conn) deliver(m Message) (queued bool, _ error) {

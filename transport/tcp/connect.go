@@ -816,7 +816,8 @@ func (p *Peer) readUntilEnd(c *conn) {
 }
 
 // touch marks peer r's connection used, as a Send's Acquire does, without
-// ever creating one: for eviction (least recently used) and idle removal.
+// ever creating one: for eviction (a use the clock hand sees) and idle
+// removal.
 // A Get with a context already done answers a held value, and nothing else.
 func (p *Peer) touch(r int) {
 	_, _ = p.cache.Get(doneCtx, r)

@@ -144,7 +144,8 @@
 //
 // While the inbox is full, a reader holds a lease on its connection, and
 // every frame read marks the connection used: a connection the other end
-// keeps writing on is neither idle nor least recently used here.
+// keeps writing on is neither idle nor unused when the clock hand passes
+// it here.
 //
 // What a Send that returns nil means follows: its whole frame was written
 // on a connection whose other end had not closed its side when the Send
@@ -189,8 +190,8 @@
 // short, as an Offer would cut it. Otherwise the acceptor answers "busy"
 // (a refusal with reason 5) at once, closes the connection, and connects
 // back: a Get for the dialer, which waits for room in line with this
-// peer's Sends, evicting the least recently used connection no Send is
-// writing on.
+// peer's Sends, evicting a connection no Send is writing on as
+// [epcache.Config.MaxEntries] chooses one.
 //
 // The dialer's side of "busy" is what keeps a mesh of full peers from
 // deadlocking. A dialer that waits for the connection back holds room (its

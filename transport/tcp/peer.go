@@ -124,9 +124,11 @@ type Config struct {
 	// it has given up but not closed yet.
 	//
 	// A Send to a peer without a connection, when the cache is full,
-	// closes the least recently used connection no Send is writing on
-	// (epcache evicts it; the other end closes its side in turn, and every
-	// frame already written on it is delivered), or waits for one, in
+	// closes a connection no Send is writing on, one not used since the
+	// clock hand last passed it and, of those, the one asked for least
+	// often (epcache evicts it: see [epcache.Config.MaxEntries]; the other
+	// end closes its side in turn, and every frame already written on it
+	// is delivered), or waits for one, in
 	// arrival order, until its context ends. A peer that cannot take in a
 	// connection at once answers "busy" and connects back when it has room;
 	// see the package doc. 0 means no bound.

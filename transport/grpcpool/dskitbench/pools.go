@@ -45,7 +45,7 @@ type Options struct {
 	DialTimeout   time.Duration // epcache's DialTimeout; dskit's factory's wait for Ready when WaitReady
 	IdleTimeout   time.Duration // epcache only: dskit has none
 	MaxConns      int           // epcache only: dskit has none
-	ErrorTTL      time.Duration // epcache only: 0 is grpcpool's default (1s), negative none
+	ErrorTTL      time.Duration // epcache only: 0 remembers no failure
 	DialRetry     func(int, error) (time.Duration, bool)
 	DrainDelay    time.Duration    // epcache only
 	IsConnError   func(error) bool // epcache only: grpcpool's Config.IsConnError (nil: its default)

@@ -20,9 +20,9 @@ func DeadMember(callers int, d time.Duration) (*Table, error) {
 		name string
 		o    Options
 	}{
-		{"epcache, no ErrorTTL", Options{ErrorTTL: -1}},
+		{"epcache, no ErrorTTL", Options{}},
 		{"epcache, ErrorTTL 250ms", Options{ErrorTTL: 250 * time.Millisecond}},
-		{"epcache, ErrorTTL 1s (the default)", Options{}},
+		{"epcache, ErrorTTL 1s", Options{ErrorTTL: time.Second}},
 		{"dskit, client kept", Options{OnConnError: ReportNothing}},
 		{"dskit, RemoveClientFor on Unavailable", Options{OnConnError: ReportByAddr}},
 	} {
