@@ -40,9 +40,12 @@ type Config[K comparable, V any] struct {
 	Create func(ctx context.Context, key K) (V, error)
 
 	// Release, if set, is called exactly once for every value Create returned
-	// with a nil error, once the cache no longer holds it: after Invalidate or
-	// CompareAndInvalidate, at Close, and for a value whose creation finished
-	// after its callers were answered otherwise (CreateTimeout, Close). It is
+	// with a nil error (and every value an Offer stored), once the cache no
+	// longer holds it: after Invalidate or CompareAndInvalidate, an eviction
+	// (MaxEntries) or an idle removal (IdleTimeout), at Close, and for a
+	// value whose creation finished after its callers were answered
+	// otherwise (CreateTimeout, Close, an Offer); for a value a Lease holds,
+	// at the end of its last lease, on that goroutine. It is
 	// called only once the value has left the cache, so that no Get that
 	// begins afterwards returns it (a Get already under way may, as a Load
 	// of a sync.Map may return a value being deleted: report a failing
@@ -74,8 +77,9 @@ type Config[K comparable, V any] struct {
 
 	// Hash, if set, replaces the built-in seeded hash (a multiply-mix for
 	// integers; for strings, a wyhash-style hash up to 64 bytes and
-	// hash/maphash.String beyond; hash/maphash.Comparable for other keys). The cache mixes its result with a per-cache random seed, so
-	// it need not spread bits, but equal keys must hash equal. The seed cannot
+	// hash/maphash.String beyond; hash/maphash.Comparable for other keys).
+	// The cache mixes its result with a per-cache random seed, so it need
+	// not spread bits, but equal keys must hash equal. The seed cannot
 	// separate keys whose Hash values are equal: with an unkeyed hash
 	// (xxhash.Sum64String, say), whoever chooses the keys can make them all
 	// collide, and the cache, though correct, slows to a linear scan

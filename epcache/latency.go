@@ -1,8 +1,10 @@
 package epcache
 
 import (
+	"fmt"
 	"math"
 	"math/bits"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -79,6 +81,52 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 		}
 	}
 	return HistogramBound(HistogramBuckets - 1)
+}
+
+// String returns the count, the sum and each bucket that counted
+// something, by its upper bound: "n=15 sum=823µs [≤32µs:5 ≤64µs:6
+// ≤128µs:4]", or "n=0". So a Stats printed with %v or %+v is read without
+// a table of bounds.
+func (h Histogram) String() string {
+	n := h.Count()
+	if n == 0 {
+		return "n=0"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "n=%d sum=%v [", n, h.Sum)
+	sep := ""
+	for i, c := range h.Counts {
+		if c == 0 {
+			continue
+		}
+		if i == HistogramBuckets-1 {
+			fmt.Fprintf(&b, "%s>%v:%d", sep, HistogramBound(i-1), c)
+		} else {
+			fmt.Fprintf(&b, "%s≤%v:%d", sep, HistogramBound(i), c)
+		}
+		sep = " "
+	}
+	b.WriteString("]")
+	return b.String()
+}
+
+// Latencies are histograms by how a creation ended: Latencies[OutcomeValue]
+// is the creations that made a value, and so on.
+type Latencies [NumOutcomes]Histogram
+
+// String returns each outcome's histogram that counted something, by the
+// outcome's name: "value: n=15 sum=… [...]; error: n=2 …", or "none".
+func (l Latencies) String() string {
+	var parts []string
+	for o, h := range l {
+		if h.Count() > 0 {
+			parts = append(parts, Outcome(o).String()+": "+h.String())
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "; ")
 }
 
 // histogram is the cache's side of a Histogram: atomic counters.

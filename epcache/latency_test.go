@@ -3,7 +3,9 @@ package epcache_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -113,4 +115,24 @@ func TestCreateLatencyByOutcome(t *testing.T) {
 		assert.Equal(t, uint64(1), st.RoomWait.Count())
 		assert.Equal(t, 5*time.Millisecond, st.RoomWait.Sum)
 	})
+}
+
+// A Stats printed with %+v shows each histogram as its count, sum and the
+// buckets that counted something, by their bounds, and the creation
+// latencies by outcome: no array of 28 unnamed buckets.
+func TestStatsPrintReadably(t *testing.T) {
+	var h epcache.Histogram
+	h.Counts[5], h.Counts[6], h.Counts[epcache.HistogramBuckets-1] = 5, 6, 1
+	h.Sum = 823 * time.Microsecond
+	if got, want := h.String(), "n=12 sum=823µs [≤32µs:5 ≤64µs:6 >1m7.108864s:1]"; got != want {
+		t.Errorf("Histogram.String() = %q, want %q", got, want)
+	}
+	var st epcache.Stats
+	st.CreateLatency[epcache.OutcomeError] = h
+	got := fmt.Sprintf("%+v", st)
+	for _, want := range []string{"CreateLatency:error: n=12 sum=823µs [≤32µs:5", "RoomWait:n=0"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%%+v of Stats is\n%s\nwithout %q", got, want)
+		}
+	}
 }

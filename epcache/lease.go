@@ -9,9 +9,10 @@ import (
 
 // Lease is a hold on a value of the cache, from [Cache.Acquire] to
 // [Lease.Release]: until then the cache does not release the value, even
-// once Invalidate, CompareAndInvalidate or Close has removed it. A Lease is
-// a small value: copy it freely, but release it exactly once. Its zero value
-// holds nothing.
+// once it has left the cache by any way: Invalidate, CompareAndInvalidate,
+// an eviction (MaxEntries), an idle removal (IdleTimeout) or Close. A Lease
+// is a small value: copy it freely, but release it exactly once. Its zero
+// value holds nothing.
 type Lease[K comparable, V any] struct {
 	s  *shard.Slot[K, V]
 	tk shard.Ticket
@@ -36,10 +37,11 @@ func (l Lease[K, V]) Key() K {
 	return l.s.Key()
 }
 
-// Release ends the lease. If the cache has given the value up meanwhile
-// (Invalidate, CompareAndInvalidate, Close) and this was its last lease,
-// Config.Release runs now, on the calling goroutine, before Release returns;
-// a panic in it propagates, as from Invalidate. Releasing a lease (or a copy
+// Release ends the lease. If the value has left the cache meanwhile
+// (Invalidate, CompareAndInvalidate, eviction, idle removal, Close) and
+// this was its last lease, Config.Release runs now, on the calling
+// goroutine, before Release returns; a panic in it propagates, as from
+// Invalidate. Releasing a lease (or a copy
 // of one) already released, or a Lease that Acquire returned with an error,
 // panics with a message that says so: it is a bug that would otherwise
 // release an endpoint still in use or release one twice. Releasing the zero

@@ -47,7 +47,7 @@ type Stats struct {
 	// made a value, and so on. A creation that a CreateTimeout or an Offer
 	// answered is counted when its Create returns, under OutcomeTimeout or
 	// OutcomeOffered. Counters.
-	CreateLatency [NumOutcomes]Histogram
+	CreateLatency Latencies
 	// RoomWait is how long the creations counted in RoomWaits waited for
 	// room under MaxEntries, to the unit taken or the end of their wait.
 	// Counters.
