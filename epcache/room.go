@@ -81,12 +81,6 @@ func lineCounts(line int64) (waiting, evicting int64) {
 	return line >> 32, line & (oneWaiter - 1)
 }
 
-// waiting returns how many creations wait in line for room now.
-func (r *room[K, V]) waiting() int64 {
-	w, _ := lineCounts(r.line.Load())
-	return w
-}
-
 // evicting returns how many units of evicted values are on their way to
 // the line now.
 func (r *room[K, V]) evicting() int64 {
