@@ -8,8 +8,16 @@ import (
 	"github.com/epcache/epcache/shard"
 )
 
-// recentValues is how many of the values published last evictions weigh.
-const recentValues = 16
+// recentValues is how many of the values published last the room keeps
+// in its ring, and recentWeighed how many of them, the oldest, an eviction
+// weighs beside the hand's: a newcomer is weighed about recentWeighed
+// times in its life (a publication moves the ring on by one, and an
+// eviction comes with each), not once per eviction while it is among the
+// recent, so an eviction's cost does not grow with the ring.
+const (
+	recentValues  = 16
+	recentWeighed = 2
+)
 
 // freshBatch is how many handles wait in room.fresh before a publication
 // puts them on the clock itself (if the hand is free; otherwise its holder
@@ -302,17 +310,23 @@ func (c *Cache[K, V]) evictOne() (ok, gaveUp bool) {
 			// kick.
 			used, forced = false, true
 		}
-		if s.Leased() > 0 {
-			s.Watch(c)
-			if s.Leased() > 0 {
-				continue // its last lease ends on the slow path, which kicks
-			}
-			// The last lease ended on the fast path before Want: free now.
-		}
-		unleased = true
 		if used {
+			// Not a candidate, leased or not: its lease is looked at
+			// when the hand comes round again and finds it unused, or
+			// two laps from now (forced), so a lap that ends the walk
+			// (every value leased) has looked at every value's, and
+			// watched those it found leased.
+			unleased = true
 			continue
 		}
+		if s.LeaseHeld() {
+			s.Watch(c)
+			if s.LeaseHeld() {
+				continue // its last lease ends on the slow path, which kicks
+			}
+			// The last lease ended on the fast path before Watch: free now.
+		}
+		unleased = true
 		picks = append(picks, candidate[K, V]{s, st, r.freq.estimate(c.table.Hash(s.Key())), false, forced})
 		if len(picks) < evictionSample {
 			continue
@@ -353,8 +367,9 @@ func (c *Cache[K, V]) evictWhileShort() {
 // unleased, and reports whether there was one.
 func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) bool {
 	r := c.room
-	for i := range r.recent {
-		hd := r.recent[i].Load()
+	n := r.next.Load()
+	for i := range uint64(recentWeighed) {
+		hd := r.recent[(n+1+i)%recentValues].Load()
 		if hd == nil {
 			continue
 		}
@@ -362,7 +377,7 @@ func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) bool {
 		if s == nil {
 			continue
 		}
-		if st := s.State(); c.table.Holds(s) && !c.table.Young(st) && s.Leased() == 0 {
+		if st := s.State(); c.table.Holds(s) && !c.table.Young(st) && !s.LeaseHeld() {
 			picks = append(picks, candidate[K, V]{s, st, r.freq.estimate(c.table.Hash(s.Key())), true, false})
 		}
 	}
@@ -385,7 +400,7 @@ func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) bool {
 		if c.remove(p.s, p.st, true, func(p *stripe) { p.evictions.Add(1) }) {
 			return true
 		}
-		if p.s.Leased() > 0 {
+		if p.s.LeaseHeld() {
 			p.s.Watch(c) // leased as it was being removed: its end kicks
 		}
 		picks = slices.Delete(picks, i, i+1)
@@ -413,7 +428,7 @@ func (c *Cache[K, V]) remove(s *shard.Slot[K, V], st *shard.State[V], evicting b
 			// state in which a walking hand passes it over, neither a
 			// candidate nor watched: tell a waiter for room of it now, or
 			// by the lease's end.
-			if s.Leased() > 0 {
+			if s.LeaseHeld() {
 				s.Watch(c)
 			}
 			c.kick()

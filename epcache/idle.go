@@ -69,7 +69,7 @@ func (c *Cache[K, V]) sweepOnce() {
 			return
 		}
 		st := s.State()
-		if s.Leased() > 0 {
+		if s.LeaseHeld() {
 			// In use now: it has not been idle since the last sweep.
 			c.table.Touch(s, st)
 			continue

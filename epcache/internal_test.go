@@ -66,3 +66,23 @@ func TestSketchCountersShareALine(t *testing.T) {
 		t.Fatalf("the sketch's words start at %p, not on a cache line", &s.words[0])
 	}
 }
+
+// estimate reads the counters add writes: the least of the four that
+// counter finds, for any hash and any counts.
+func TestSketchEstimateReadsTheCountersAddWrites(t *testing.T) {
+	s := newSketch(1000)
+	for h := range uint64(20_000) {
+		s.add(h * 0x2545f4914f6cdd1d % 7919 * 0x9e3779b97f4a7c15)
+	}
+	for h := range uint64(20_000) {
+		h *= 0x2545f4914f6cdd1d
+		least := uint64(15)
+		for i := range 4 {
+			w, shift := s.counter(h, i)
+			least = min(least, w.Load()>>shift&15)
+		}
+		if got := s.estimate(h); got != int(least) {
+			t.Fatalf("hash %#x: estimate %d; its counters' least is %d", h, got, least)
+		}
+	}
+}

@@ -603,6 +603,39 @@ func (s *Slot[K, V]) Leased() int {
 	return n + int(tb.extra.Load()&extraCount)
 }
 
+// LeaseHeld reports whether a lease of s's value is held now: Leased() > 0,
+// as eviction asks it of every value it weighs, which it answers at the
+// first lease it finds, reading the first line before the lines a value
+// grows (a lease takes a ticket there only when its P's line is full) and
+// no more than one word per ticket, without a call per ticket.
+func (s *Slot[K, V]) LeaseHeld() bool {
+	tb := s.leases.Load()
+	if tb == nil {
+		return false
+	}
+	for j := range tb.tickets {
+		if tb.tickets[j].Load()&ticketHeld != 0 {
+			return true
+		}
+	}
+	if tb.extra.Load()&extraCount != 0 {
+		return true
+	}
+	h := tb.lines.Load()
+	if h == nil || h == sealedLines {
+		return false
+	}
+	for i := range h.mask.Load() + 1 {
+		l := line(h, i)
+		for j := range l.tickets {
+			if l.tickets[j].Load()&ticketHeld != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // A claimer that wants a lease of the value it creates (epcache's Acquire)
 // gets one taken by the creator before the value is published, so that no
 // Invalidate can come between the creation and the lease: otherwise the
