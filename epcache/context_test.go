@@ -41,3 +41,47 @@ func TestCreationContextAfterCreateReturns(t *testing.T) {
 		"once Create has returned, its ctx.Err() is %v without a CreateTimeout and %v with one", afterReturn[0], afterReturn[time.Hour])
 	assert.ErrorIs(t, afterReturn[0], context.Canceled, "the context ends when Create returns")
 }
+
+// A creation's context costs an allocation only once Done is asked for
+// (its channel): a Create that polls Err or reads a value allocates what
+// one that never looks at its context does. (Run without the race
+// detector by make test-norace: its instrumentation allocates.)
+func TestCreationContextAllocatesNothingUntilDone(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's instrumentation allocates")
+	}
+	type key struct{}
+	allocs := func(look func(context.Context)) float64 {
+		c, err := epcache.New(epcache.Config[int, int]{
+			Create: func(ctx context.Context, k int) (int, error) {
+				look(ctx)
+				return k, nil
+			},
+		})
+		require.NoError(t, err)
+		defer c.Close()
+		ctx := context.WithValue(context.Background(), key{}, "v")
+		k := 0
+		return testing.AllocsPerRun(1000, func() {
+			k++
+			if _, err := c.Get(ctx, k); err != nil {
+				t.Fatal(err)
+			}
+			c.Invalidate(k)
+		})
+	}
+	none := allocs(func(context.Context) {})
+	polled := allocs(func(ctx context.Context) {
+		_ = ctx.Err()
+		_ = ctx.Value(key{})
+		_, _ = ctx.Deadline()
+	})
+	done := allocs(func(ctx context.Context) {
+		select {
+		case <-ctx.Done():
+		default:
+		}
+	})
+	assert.Equal(t, none, polled, "Err, Value and Deadline allocate nothing")
+	assert.LessOrEqual(t, done, none+1, "Done allocates its channel and nothing else")
+}

@@ -9,59 +9,151 @@ import (
 
 // flightCtx is the context of one creation ([Flight.Context]): the values of
 // the context its claimer gave, and a cancellation of its own, ended by
-// [Flight.Cancel]. It is made lazily: a Create that never looks at its
-// context costs nothing but the flight it lives in, and the first call of
-// any of its methods makes a context.WithCancelCause of the parent, to which
-// that call and every later one is passed on. So Cause, AfterFunc and the
-// contexts derived from it behave as with any cancelCtx, and derive from it
-// without a goroutine to watch it.
-// Most Creates of a cache that creates often never look at their context
-// (a dial hands it to net.Dialer, a Create that finds its endpoint ready
-// does not): for them an eager WithCancelCause is an allocation and a
-// cancellation for nothing, on every creation.
+// [Flight.Cancel]. It costs nothing but the flight it lives in until it is
+// used, and then only what that use needs:
+//
+//   - Err and Deadline read the flight's own state and the parent's;
+//   - Done makes one channel, closed by Cancel (or a closed one, after);
+//   - AfterFunc, which context.AfterFunc and the contexts derived from
+//     this one (WithCancel, WithTimeout) call, keeps the function for
+//     Cancel to start, with no goroutine to watch Done;
+//   - a cancelCtx of the parent is made only for a lookup of a key that
+//     may be the context package's own (its type is *int), which is how
+//     context.Cause finds a context's cause: it is cancelled with the
+//     flight's cause, so that Cause reports ErrOffered, ErrClosed and the
+//     rest as with any cancelCtx.
+//
+// Most Creates of a cache that creates often look at their context only
+// to select on Done while they wait (a dial's timer) or to poll Err: for
+// them the context.WithCancelCause of every creation, its allocation, its
+// cancel function and its cancellation, was work for nothing.
+//
+// The parent never ends (the cache passes context.WithoutCancel of the
+// caller's, or a context whose Done is nil), so this context ends only by
+// Cancel, and always with context.Canceled.
 type flightCtx struct {
 	parent context.Context
-	made   atomic.Value // the context.Context made from parent, once made
+	done   atomic.Value // chan struct{}: made by the first Done, closed by Cancel (a chan is pointer-shaped: storing it allocates nothing)
+	ended  atomic.Bool  // Cancel was called: Err is Canceled
 
-	mu     sync.Mutex // guards the fields below, and making made
-	cancel context.CancelCauseFunc
-	cause  error // of a Cancel before made was made
-	ended  bool  // Cancel was called
+	mu     sync.Mutex // guards the fields below, and making done
+	cause  error      // of the first Cancel
+	afters []*afterFunc
+	made   context.Context         // the cancelCtx for cause lookups, once made
+	cancel context.CancelCauseFunc // made's
 }
 
-// get returns the context made from parent, making it on the first call.
-func (c *flightCtx) get() context.Context {
-	if m := c.made.Load(); m != nil {
-		return m.(context.Context)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if m := c.made.Load(); m != nil {
-		return m.(context.Context)
-	}
-	ctx, cancel := context.WithCancelCause(c.parent)
-	if c.ended {
-		cancel(c.cause)
-	}
-	c.cancel = cancel
-	c.made.Store(ctx)
-	return ctx
+// afterFunc is one function registered by AfterFunc, until it is started
+// or stopped.
+type afterFunc struct {
+	f       func()
+	started bool // guarded by flightCtx.mu: by Cancel, or stopped
 }
+
+// closedChan is the Done of a flight context first asked for it after
+// Cancel.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func (c *flightCtx) end(cause error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cancel != nil {
-		c.cancel(cause) // the first cause stays, as with any CancelCauseFunc
-		return
+	if c.ended.Load() {
+		c.mu.Unlock()
+		return // the first cause stays, as with any CancelCauseFunc
 	}
-	if !c.ended {
-		c.ended, c.cause = true, cause
+	c.cause = cause
+	c.ended.Store(true) // before Done is closed: a closed Done finds Err set
+	if d := c.done.Load(); d != nil {
+		close(d.(chan struct{}))
+	}
+	if c.cancel != nil {
+		c.cancel(cause)
+	}
+	afters := c.afters
+	c.afters = nil
+	for _, a := range afters {
+		a.started = true
+	}
+	c.mu.Unlock()
+	for _, a := range afters {
+		go a.f()
 	}
 }
 
-func (c *flightCtx) Deadline() (time.Time, bool) { return c.get().Deadline() }
-func (c *flightCtx) Done() <-chan struct{}       { return c.get().Done() }
-func (c *flightCtx) Err() error                  { return c.get().Err() }
-func (c *flightCtx) Value(key any) any           { return c.get().Value(key) }
-func (c *flightCtx) String() string              { return "shard.Flight.Context" }
+func (c *flightCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+
+func (c *flightCtx) Done() <-chan struct{} {
+	if d := c.done.Load(); d != nil {
+		return d.(chan struct{})
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d := c.done.Load(); d != nil {
+		return d.(chan struct{})
+	}
+	d := closedChan
+	if !c.ended.Load() {
+		d = make(chan struct{})
+	}
+	c.done.Store(d)
+	return d
+}
+
+func (c *flightCtx) Err() error {
+	if c.ended.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+func (c *flightCtx) Value(key any) any {
+	if _, maybeCancelKey := key.(*int); maybeCancelKey {
+		return c.cancelCtx().Value(key)
+	}
+	return c.parent.Value(key)
+}
+
+// cancelCtx returns the cancelCtx made from the parent, making it, and
+// cancelling it with the cause if Cancel came first.
+func (c *flightCtx) cancelCtx() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.made == nil {
+		c.made, c.cancel = context.WithCancelCause(c.parent)
+		if c.ended.Load() {
+			c.cancel(c.cause)
+		}
+	}
+	return c.made
+}
+
+// AfterFunc arranges for f to run on a goroutine of its own once the
+// context ends, as context.AfterFunc does; stop reports whether it stopped
+// f from being started. context.AfterFunc and the propagation of a derived
+// context's cancellation call it (the context package's afterFuncer).
+func (c *flightCtx) AfterFunc(f func()) (stop func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended.Load() {
+		go f()
+		return func() bool { return false }
+	}
+	a := &afterFunc{f: f}
+	c.afters = append(c.afters, a)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if a.started {
+			return false
+		}
+		a.started = true
+		for i, b := range c.afters {
+			if b == a {
+				c.afters = append(c.afters[:i], c.afters[i+1:]...)
+				break
+			}
+		}
+		return true
+	}
+}
+
+func (c *flightCtx) String() string { return "shard.Flight.Context" }

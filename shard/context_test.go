@@ -100,3 +100,37 @@ func TestFlightContextConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+// A function AfterFunc registers runs once the context ends, unless its
+// stop came first; a stop after it started reports false. Registered after
+// the end, it runs at once.
+func TestFlightContextAfterFunc(t *testing.T) {
+	f := claimWith(t, context.Background())
+	ctx := f.Context()
+	ran := make(chan string, 3)
+	stopped := context.AfterFunc(ctx, func() { ran <- "stopped" })
+	kept := context.AfterFunc(ctx, func() { ran <- "kept" })
+	assert.True(t, stopped(), "a stop before the end stops it")
+	assert.False(t, stopped(), "a second stop stops nothing")
+	f.Cancel(errCause)
+	assert.Equal(t, "kept", <-ran)
+	assert.False(t, kept(), "a stop after it started")
+	context.AfterFunc(ctx, func() { ran <- "late" })
+	assert.Equal(t, "late", <-ran, "registered after the end: runs at once")
+	select {
+	case r := <-ran:
+		t.Fatalf("%s ran", r)
+	default:
+	}
+}
+
+// A context derived through WithValue, which hides the flight's context
+// from the context package, still ends with the flight, and with its cause.
+func TestFlightContextDerivedThroughAValue(t *testing.T) {
+	f := claimWith(t, context.Background())
+	child, stop := context.WithCancel(context.WithValue(f.Context(), ctxKey{}, "w"))
+	defer stop()
+	f.Cancel(errCause)
+	<-child.Done()
+	assert.ErrorIs(t, context.Cause(child), errCause)
+}
