@@ -135,7 +135,9 @@ type Config[K comparable, V any] struct {
 	// creation's goroutine; a runtime.Goexit in it ends the goroutine it
 	// runs on (the evicting Get's, whose key's other callers go on without
 	// it). Release may call Get even then: the room it waits for is not the
-	// room its caller holds.
+	// room its caller holds. The one Get it must not make is of the key
+	// whose creation evicted it: that creation waits for this Release to
+	// return, and the Get would wait for that creation.
 	MaxEntries int
 
 	// Shards spreads insertions of new keys over this many independently

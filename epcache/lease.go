@@ -47,7 +47,12 @@ func (l Lease[K, V]) Key() K {
 // release an endpoint still in use or release one twice. Releasing the zero
 // Lease panics with a nil dereference, as a method of a nil pointer does:
 // the check that would name it is what keeps Release small enough to
-// inline. A lease's Release takes no lock and allocates nothing.
+// inline. A lease's Release takes no lock and allocates nothing, with two
+// exceptions: the last lease of a value that has left the cache runs
+// Config.Release, and, under MaxEntries, the end of a lease of a value an
+// eviction found leased (a creation waits for room) evicts for that
+// creation on the calling goroutine, which may lock the value's shard,
+// call Config.Hash and allocate.
 func (l Lease[K, V]) Release() {
 	// The common case inlines into the caller: a lease of a value still
 	// in the cache, which no eviction watches, ended by one

@@ -306,7 +306,9 @@ func (c *Cache[K, V]) takeOverInline(ctx context.Context, s *shard.Slot[K, V], c
 // e's Release runs on a goroutine of its own, and the claimer waits for it,
 // for its context, for Close or for an Offer that answers its claim,
 // whichever comes first, as it would in line. If it leaves first, e's
-// unit goes to the line when Release returns.
+// unit is on its way to the line again, as any evicted value's is, until
+// Release returns: a creation that comes meanwhile waits for it in line
+// rather than evicting a second value.
 func (c *Cache[K, V]) takeOverAside(ctx context.Context, s *shard.Slot[K, V], f *shard.Flight[V], e evicted[K, V]) (took bool, err error) {
 	r := c.room
 	var settled atomic.Bool // set by the first of the Release's return and the claimer's leaving
@@ -314,7 +316,7 @@ func (c *Cache[K, V]) takeOverAside(ctx context.Context, s *shard.Slot[K, V], f 
 	go func() {
 		defer func() { // also after a runtime.Goexit in Release
 			if !settled.CompareAndSwap(false, true) {
-				r.put() // the claimer has left: the unit goes to the first in line
+				r.putEvicted() // the claimer has left: the unit arrives to the first in line
 			}
 			close(released)
 		}()
@@ -329,8 +331,10 @@ func (c *Cache[K, V]) takeOverAside(ctx context.Context, s *shard.Slot[K, V], f 
 	case <-c.closing:
 		err = ErrClosed
 	}
+	r.setOut() // before the claimer lets go: the line never sees the unit lost
 	if !settled.CompareAndSwap(false, true) {
 		<-released // it has returned just now: the unit is the claimer's, which leaves
+		r.recall()
 		r.put()
 	}
 	return false, err

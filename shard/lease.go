@@ -37,12 +37,13 @@ import (
 // has one line of eight tickets, enough while the value's leases come from
 // one core. A line written from two cores moves between their caches at
 // every lease, so the table counts the evidence of that: a lease that
-// finds the first ticket held by a lease taken on another P, or last taken
-// by a goroutine with another hint on another P. The P is what matters,
-// not the goroutine: two goroutines taking turns on one P write the line
-// from one cache, and one goroutine holding two leases at once, or leasing
-// from two depths of its stack (which change its hint), is not counted,
-// because its P is the one the ticket records. A lease reads its P
+// finds the first ticket held, or last taken, by a goroutine with another
+// hint on another P. Both must differ: two goroutines taking turns on one
+// P write the line from one cache; one goroutine holding two leases at
+// once has the hint its ticket records, also after it moved to another P
+// while holding the first (the ticket's P is then stale, its hint is not);
+// and one leasing from two depths of its stack (which change its hint)
+// records the P it runs on. A lease reads its P
 // (procPin) on the fast path only when its hint differs from the ticket's,
 // so a value leased by one goroutine after another pays for it, and one
 // leased again and again by the same goroutine does not; two goroutines
@@ -376,8 +377,8 @@ func (s *Slot[K, V]) Lease(owner any) (t Ticket, ok bool) {
 	tb := s.leaseTable(owner)
 	h := tb.lines.Load()
 	if h == nil {
-		if w := tb.tickets[0].Load(); w&ticketHeld != 0 && w&ticketP != pb {
-			h = tb.contend() // held by a lease taken on another P
+		if w := tb.tickets[0].Load(); w&ticketHeld != 0 && movedFrom(w, hint, pb) {
+			h = tb.contend() // held by another goroutine, which took it on another P
 		}
 	}
 	var gone bool
