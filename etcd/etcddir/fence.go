@@ -212,7 +212,8 @@ func (d *Directory) awaitFence(ctx context.Context, key string, rev int64) (fenc
 
 // Prefetch reads every peer's address at revision rev (a fence's, from
 // Fence or CoordinateFence; 0: the newest), page by page (PageSize keys
-// per request), so that Lookup answers each without a fetch of its own:
+// per request), every page at rev, so that Lookup answers each without a
+// fetch of its own:
 // PMIx's full modex after the fence. In OnDemand mode the addresses go
 // into the address cache (answering any Resolve waiting; with
 // MaxEntries, only as many as it holds) and the watchers hear of each

@@ -39,9 +39,11 @@ func (d *Directory) openMirror(ctx context.Context) error {
 	return nil
 }
 
-// rangeAll reads the keys [start, end) page by page, at revision rev (0:
-// the newest), calling each for every key in order, and returns the
-// revision read.
+// rangeAll reads the keys [start, end) page by page, every page at
+// revision rev (0: the newest, which the first page's answer names),
+// calling each for every key in order, and returns the revision read. A
+// compaction past rev between two pages fails it with
+// rpctypes.ErrCompacted.
 func (d *Directory) rangeAll(ctx context.Context, start, end string, rev int64, keysOnly bool, each func(*mvccpb.KeyValue)) (int64, error) {
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(d.opts.PageSize))}
@@ -57,7 +59,13 @@ func (d *Directory) rangeAll(ctx context.Context, start, end string, rev int64, 
 		if err != nil {
 			return 0, err
 		}
-		rev = resp.Header.Revision // the first page's: the others read at it
+		if rev == 0 {
+			// The first page of a read of the newest: the others read at
+			// its revision. A read at a given revision keeps it: etcd
+			// answers every read with its current revision, not the one
+			// asked for.
+			rev = resp.Header.Revision
+		}
 		for _, kv := range resp.Kvs {
 			each(kv)
 		}
