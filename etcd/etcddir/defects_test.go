@@ -1,10 +1,15 @@
 package etcddir_test
 
 import (
+	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/epcache/epcache/etcd/etcddir"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Prefetch reads every page at the revision it is given: with one key a
@@ -39,6 +44,66 @@ func TestPrefetchReadsEveryPageAtItsRevision(t *testing.T) {
 	for p := range 4 {
 		if got, err := d.Lookup(p); err != nil || got != fmt.Sprintf("127.0.0.1:%d", 7000+p) {
 			t.Errorf("Lookup(%d) after Prefetch at the fence's revision %d = %q, %v; want the address it had then", p, fence, got, err)
+		}
+	}
+}
+
+// compactAfterFirstPage is a client's KV that compacts etcd's history
+// right after the first range read under prefix is answered: between the
+// first two pages of Open's load.
+type compactAfterFirstPage struct {
+	clientv3.KV
+	prefix  string
+	compact func()
+	once    sync.Once
+}
+
+func (k *compactAfterFirstPage) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	resp, err := k.KV.Get(ctx, key, opts...)
+	if err == nil && strings.HasPrefix(key, k.prefix) && !clientv3.OpGet(key, opts...).IsSerializable() && len(clientv3.OpGet(key, opts...).RangeBytes()) > 0 {
+		k.once.Do(k.compact)
+	}
+	return resp, err
+}
+
+// Mirror's Open survives a compaction between two pages of its first
+// load: it reads the prefix again, as the mirror's reloads do.
+func TestMirrorOpenThroughACompactionBetweenPages(t *testing.T) {
+	s := server(t)
+	tc := client(t, s.URL())
+	prefix := "/test/" + t.Name() + "/"
+	pub := open(t, client(t, s.URL()), func(o *etcddir.Options) { o.Size = 3 })
+	for p := range 3 {
+		if err := pub.Publish(p, fmt.Sprintf("127.0.0.1:%d", 7000+p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := client(t, s.URL())
+	var compacted bool
+	c.KV = &compactAfterFirstPage{KV: c.KV, prefix: prefix, compact: func() {
+		// A revision of its own, and the history before it gone.
+		resp, err := tc.Put(request(t), "/test/"+t.Name()+"-other", "x")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := tc.Compact(request(t), resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+			t.Error(err)
+			return
+		}
+		compacted = true
+	}}
+	d, err := etcddir.Open(context.Background(), etcddir.Options{Client: c, Prefix: prefix, Size: 3, PageSize: 1, TTL: time.Hour, Timeout: patience})
+	if err != nil {
+		t.Fatalf("Open with a compaction between the pages of its load: %v", err)
+	}
+	defer d.Close()
+	if !compacted {
+		t.Fatal("no compaction between the pages")
+	}
+	for p := range 3 {
+		if got, err := d.Lookup(p); err != nil || got != fmt.Sprintf("127.0.0.1:%d", 7000+p) {
+			t.Errorf("Lookup(%d) = %q, %v", p, got, err)
 		}
 	}
 }

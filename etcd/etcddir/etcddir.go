@@ -153,9 +153,13 @@ const maxTxnOps = 128
 
 // Open connects the directory to its job's keys. In Mirror mode it loads
 // every address under opts.Prefix and starts watching them; in OnDemand
-// mode it reads only the keys of the old format, to refuse a job that
-// mixes formats. It fails, with an error naming the endpoints, if etcd
-// does not answer within opts.Timeout (or ctx).
+// mode it reads only the names of the keys of the old format, so that a
+// peer published only under that format gets an error that says so (see
+// "Keys" in the package doc). It reads page by page, PageSize keys a
+// request, every page at the revision of the first; a compaction between
+// two pages makes it read again from the first page, at once, at the
+// newest revision. It fails, with an error naming the endpoints, if etcd
+// does not answer a request within opts.Timeout, or ctx ends first.
 func Open(ctx context.Context, opts Options) (*Directory, error) {
 	switch {
 	case opts.Client == nil:

@@ -237,8 +237,8 @@ func (d *Directory) Prefetch(ctx context.Context, rev int64) error {
 		}
 	}
 	_, err := d.rangeAll(ctx, start, end, rev, false, each)
-	if errors.Is(err, rpctypes.ErrCompacted) {
-		_, err = d.rangeAll(ctx, start, end, 0, false, each)
+	if errors.Is(err, rpctypes.ErrCompacted) && ctx.Err() == nil {
+		_, err = d.rangeNewest(ctx, start, end, false, func() {}, each)
 	}
 	if err != nil {
 		return fmt.Errorf("etcddir: prefetching %q at revision %d: %w", d.opts.Prefix, rev, err)

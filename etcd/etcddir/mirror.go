@@ -8,6 +8,7 @@ import (
 
 	"github.com/epcache/epcache/transport/directory"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -76,12 +77,32 @@ func (d *Directory) rangeAll(ctx context.Context, start, end string, rev int64, 
 	}
 }
 
+// rangeNewest is rangeAll of the newest revision, read again from the
+// start, at once, when a compaction lands between two of its pages, until
+// a read completes, fails otherwise, or ctx ends. Each attempt begins with
+// a call of begin, which resets what each gathered. A read of the newest
+// cannot fail on its first page for a compaction: each retry has read at
+// least a page, and a later revision than the one before.
+func (d *Directory) rangeNewest(ctx context.Context, start, end string, keysOnly bool, begin func(), each func(*mvccpb.KeyValue)) (int64, error) {
+	for {
+		begin()
+		rev, err := d.rangeAll(ctx, start, end, 0, keysOnly, each)
+		if !errors.Is(err, rpctypes.ErrCompacted) || ctx.Err() != nil {
+			return rev, err
+		}
+	}
+}
+
 // load reads the whole prefix into the mirror and returns its revision.
 func (d *Directory) load(ctx context.Context) (int64, error) {
-	seen := make([]bool, len(d.entries))
-	seenOld := make([]bool, len(d.entries))
-	seenOdd := map[string]struct{}{}
-	rev, err := d.rangeAll(ctx, d.opts.Prefix, clientv3.GetPrefixRangeEnd(d.opts.Prefix), 0, false, func(kv *mvccpb.KeyValue) {
+	var seen, seenOld []bool
+	var seenOdd map[string]struct{}
+	begin := func() {
+		seen = make([]bool, len(d.entries))
+		seenOld = make([]bool, len(d.entries))
+		seenOdd = map[string]struct{}{}
+	}
+	rev, err := d.rangeNewest(ctx, d.opts.Prefix, clientv3.GetPrefixRangeEnd(d.opts.Prefix), false, begin, func(kv *mvccpb.KeyValue) {
 		switch peer, kind := d.apply(kv, true); kind {
 		case kindPeer:
 			seen[peer] = true

@@ -94,8 +94,8 @@ func (d *Directory) openOnDemand(ctx context.Context) error {
 
 func (d *Directory) loadOld(ctx context.Context) (int64, error) {
 	start, end := d.oldRange()
-	found := map[int]bool{}
-	rev, err := d.rangeAll(ctx, start, end, 0, true, func(kv *mvccpb.KeyValue) {
+	var found map[int]bool
+	rev, err := d.rangeNewest(ctx, start, end, true, func() { found = map[int]bool{} }, func(kv *mvccpb.KeyValue) {
 		if peer, kind, _ := d.parseKey(kv.Key); kind == kindOld {
 			found[peer] = true
 		}
