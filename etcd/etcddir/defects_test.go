@@ -48,6 +48,27 @@ func TestPrefetchReadsEveryPageAtItsRevision(t *testing.T) {
 	}
 }
 
+// After Close, Resolve fails in either mode, even of a peer it holds.
+func TestResolveFailsAfterClose(t *testing.T) {
+	forModes(t, func(t *testing.T, mode etcddir.Mode) {
+		s := server(t)
+		pub := open(t, client(t, s.URL()), nil)
+		if err := pub.Publish(1, "127.0.0.1:7001"); err != nil {
+			t.Fatal(err)
+		}
+		d := open(t, client(t, s.URL()), inMode(mode))
+		if got, err := d.Resolve(request(t), 1); err != nil || got != "127.0.0.1:7001" {
+			t.Fatalf("Resolve(1) = %q, %v", got, err)
+		}
+		d.Close()
+		if got, err := d.Resolve(request(t), 1); err == nil {
+			t.Fatalf("Resolve(1) after Close = %q, nil; want an error", got)
+		} else {
+			t.Log(err)
+		}
+	})
+}
+
 // compactAfterFirstPage is a client's KV that compacts etcd's history
 // right after the first range read under prefix is answered: between the
 // first two pages of Open's load.

@@ -312,9 +312,13 @@ func (d *Directory) lookupMirror(peer int) (string, error) {
 
 // resolveMirror waits until the mirror holds an address of peer, or
 // something that Lookup answers with an error other than "not
-// published".
+// published". After Close it fails, as Resolve's doc says, even where the
+// mirror, which Close leaves as it was, holds an address.
 func (d *Directory) resolveMirror(ctx context.Context, peer int) (string, error) {
 	for {
+		if d.ctx.Err() != nil {
+			return "", errClosed
+		}
 		d.waitMu.Lock()
 		ch := d.waiters[peer]
 		if ch == nil {
