@@ -12,6 +12,92 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// hearing collects what a directory's watcher hears, in order.
+type hearing struct {
+	ch chan string
+}
+
+func listen(t *testing.T, d *etcddir.Directory) *hearing {
+	h := &hearing{ch: make(chan string, 64)}
+	stop := d.Watch(func(peer int, addr string) { h.ch <- fmt.Sprintf("%d=%s", peer, addr) })
+	t.Cleanup(stop)
+	return h
+}
+
+// next returns the next news; the limit only detects a hang.
+func (h *hearing) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case n := <-h.ch:
+		return n
+	case <-time.After(patience):
+		t.Fatalf("no news within %v", patience)
+		return ""
+	}
+}
+
+func (h *hearing) expect(t *testing.T, want string) {
+	t.Helper()
+	if got := h.next(t); got != want {
+		t.Fatalf("the watcher heard %q; want %q", got, want)
+	}
+}
+
+// A newer life replaces an older one in OnDemand's address cache,
+// whichever way the directory learns of it. After Unreachable, a Resolve
+// at once reads the dead process's address again (its lease has not
+// expired); the watch Unreachable started then finds the restart, and
+// from the moment the watcher hears of it, Lookup and Resolve answer it.
+// Prefetch likewise: the newer life it tells the watchers of is the one
+// Lookup answers when Prefetch returns.
+func TestNewerLifeReplacesTheOlderInTheCache(t *testing.T) {
+	s := server(t)
+	d := open(t, client(t, s.URL()), onDemand)
+	h := listen(t, d)
+
+	dead := open(t, client(t, s.URL()), onDemand)
+	if err := dead.Publish(1, "127.0.0.1:7001"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.Resolve(request(t), 1); err != nil || got != "127.0.0.1:7001" {
+		t.Fatalf("Resolve(1) = %q, %v", got, err)
+	}
+	h.expect(t, "1=127.0.0.1:7001")
+	d.Unreachable(1, "127.0.0.1:7001")
+	if got, err := d.Resolve(request(t), 1); err != nil || got != "127.0.0.1:7001" {
+		t.Fatalf("Resolve(1) right after Unreachable, the dead process's lease alive = %q, %v; want its address read again", got, err)
+	}
+	restarted := open(t, client(t, s.URL()), onDemand)
+	if err := restarted.Publish(1, "127.0.0.1:7101"); err != nil {
+		t.Fatal(err)
+	}
+	h.expect(t, "1=127.0.0.1:7101")
+	if got, err := d.Lookup(1); err != nil || got != "127.0.0.1:7101" {
+		t.Fatalf("Lookup(1) once the watcher heard of the restart = %q, %v; want the restarted process's address", got, err)
+	}
+	if got, err := d.Resolve(request(t), 1); err != nil || got != "127.0.0.1:7101" {
+		t.Fatalf("Resolve(1) once the watcher heard of the restart = %q, %v; want the restarted process's address", got, err)
+	}
+
+	if err := dead.Publish(2, "127.0.0.1:7002"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.Resolve(request(t), 2); err != nil || got != "127.0.0.1:7002" {
+		t.Fatalf("Resolve(2) = %q, %v", got, err)
+	}
+	h.expect(t, "2=127.0.0.1:7002")
+	if err := restarted.Publish(2, "127.0.0.1:7102"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Prefetch(request(t), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.Lookup(2); err != nil || got != "127.0.0.1:7102" {
+		t.Fatalf("Lookup(2) after a Prefetch that read a newer life = %q, %v; want the newer life's address", got, err)
+	}
+	h.expect(t, "2=127.0.0.1:7102")
+}
+
 // Prefetch reads every page at the revision it is given: with one key a
 // page, a life published after the fence and a peer withdrawn after it
 // are not in what it reads.

@@ -323,9 +323,12 @@ var errClosed = errors.New("etcddir: directory closed")
 // peer, no longer answers. In OnDemand mode, if the directory still holds
 // addr for peer, it drops it (a report about an older address leaves a
 // newer one alone), so that the next Resolve reads the key again,
-// linearizably; and it watches peer's key for a newer life, which it
-// fetches and tells the watchers of as soon as it appears. In Mirror mode,
-// which follows every change of every key, it does nothing.
+// linearizably; and it watches peer's key for a life newer than the one
+// reported, which, as soon as it appears, replaces in the address cache
+// any older life held (a Resolve may have read the reported one again
+// meanwhile, while its process's lease lasts), and then the watchers are
+// told of it: from the moment they are, Lookup and Resolve answer it. In
+// Mirror mode, which follows every change of every key, it does nothing.
 func (d *Directory) Unreachable(peer int, addr string) {
 	if d.check(peer) != nil || d.addrs == nil {
 		return

@@ -213,14 +213,17 @@ func (d *Directory) awaitFence(ctx context.Context, key string, rev int64) (fenc
 // Prefetch reads every peer's address at revision rev (a fence's, from
 // Fence or CoordinateFence; 0: the newest), page by page (PageSize keys
 // per request), every page at rev, so that Lookup answers each without a
-// fetch of its own:
-// PMIx's full modex after the fence. In OnDemand mode the addresses go
-// into the address cache (answering any Resolve waiting; with
-// MaxEntries, only as many as it holds) and the watchers hear of each
-// new life; in Mirror mode, which holds every address already, Prefetch
-// does nothing. If etcd compacted rev away, it reads the newest
-// revision instead. Garbled values are passed over: Resolve of their
-// peer says what is wrong.
+// fetch of its own: PMIx's full modex after the fence. In OnDemand mode
+// each address read goes into the address cache unless the cache holds
+// that life of the peer or a newer one: a newer life replaces the older
+// address held, never the reverse, and a life older than one the
+// watchers were told of is passed over. With MaxEntries, the cache takes
+// only what it has room for: Prefetch never evicts. The watchers hear of
+// each life newer than any they heard of, once the cache has it. In
+// Mirror mode, which holds every address already, Prefetch does nothing.
+// If etcd compacted rev away, it reads the newest revision instead.
+// Garbled values are passed over: Lookup and Resolve of their peer fetch
+// it, and say what is wrong.
 func (d *Directory) Prefetch(ctx context.Context, rev int64) error {
 	if d.addrs == nil {
 		return nil
@@ -232,7 +235,7 @@ func (d *Directory) Prefetch(ctx context.Context, rev int64) error {
 			return
 		}
 		if a, err := d.decodeAddress(peer, kv); err == nil {
-			d.addrs.Offer(peer, a)
+			d.keepNewer(peer, a)
 			d.newLife(peer, a)
 		}
 	}

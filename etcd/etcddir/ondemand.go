@@ -280,6 +280,11 @@ func (d *Directory) fetch(ctx context.Context, peer int) (address, error) {
 	a, err := d.fetchKey(ctx, peer, linear, 0, false)
 	switch {
 	case err == nil:
+		if errors.Is(context.Cause(ctx), epcache.ErrOffered) {
+			// An Offer answered this fetch meanwhile, and the cache drops
+			// what it returns: keep it if it is the newer life.
+			d.spawn(func() { d.keepNewer(peer, a) })
+		}
 		d.newLife(peer, a)
 		return a, nil
 	case errors.Is(context.Cause(ctx), errAbandoned):
@@ -441,8 +446,42 @@ func (d *Directory) revive(peer int, dead int64) {
 	if err != nil {
 		return // Close, or the peer moved to the old key format: nothing will come
 	}
-	d.addrs.Offer(peer, a)
+	d.keepNewer(peer, a)
 	d.newLife(peer, a)
+}
+
+// keepNewer puts a into the address cache unless it holds a's life or a
+// newer one: a newer life replaces an older one (the older is compared
+// and invalidated, then a offered), never the reverse, so that what the
+// watchers are told of next (newLife, which callers call after
+// keepNewer) is what Lookup answers from then on. A life older than one
+// the watchers were told of is not kept: it is over. Offer answers a
+// fetch in flight; a cache that is full (MaxEntries) or closed keeps
+// nothing, and the next ask fetches.
+func (d *Directory) keepNewer(peer int, a address) {
+	for {
+		d.ond.mu.Lock()
+		over := a.life < d.ond.seen[peer]
+		d.ond.mu.Unlock()
+		if over {
+			return
+		}
+		if cur, held := d.addrs.Load(peer); held {
+			if cur.life >= a.life {
+				return
+			}
+			if !d.addrs.CompareAndInvalidate(peer, cur) {
+				continue // replaced or dropped meanwhile: look again
+			}
+		}
+		if d.addrs.Offer(peer, a) {
+			return
+		}
+		if _, held := d.addrs.Load(peer); !held {
+			return // full or closed: nothing to compare with
+		}
+		// A fetch stored a value first: compare with it.
+	}
 }
 
 // newLife tells the watchers of a, if it is a newer life of peer than any
