@@ -98,6 +98,52 @@ func TestNewerLifeReplacesTheOlderInTheCache(t *testing.T) {
 	h.expect(t, "2=127.0.0.1:7102")
 }
 
+// With MaxEntries, a peer that has not published takes no room while it
+// is waited for: Resolve of a published peer answers while Resolves of
+// two unpublished ones wait, with room for one address.
+func TestWaitForAnUnpublishedPeerTakesNoRoom(t *testing.T) {
+	s := server(t)
+	pub := open(t, client(t, s.URL()), onDemand)
+	if err := pub.Publish(3, "127.0.0.1:7003"); err != nil {
+		t.Fatal(err)
+	}
+	d := open(t, client(t, s.URL()), func(o *etcddir.Options) { o.Mode, o.MaxEntries = etcddir.OnDemand, 1 })
+	type result struct {
+		peer int
+		addr string
+		err  error
+	}
+	waits := make(chan result, 2)
+	for _, p := range []int{0, 1} {
+		go func() {
+			addr, err := d.Resolve(context.Background(), p)
+			waits <- result{p, addr, err}
+		}()
+	}
+	// The guard's watch, and at least one wait's.
+	eventually(t, "both Resolves wait", func() bool { c := d.Counters(); return c.Resolves == 2 && c.Watches >= 2 })
+	if got, err := d.Resolve(request(t), 3); err != nil || got != "127.0.0.1:7003" {
+		t.Fatalf("Resolve(3) of a published peer while two unpublished are waited for = %q, %v; want its address", got, err)
+	}
+	if got, err := d.Lookup(3); err != nil || got != "127.0.0.1:7003" {
+		t.Fatalf("Lookup(3) after its Resolve = %q, %v", got, err)
+	}
+	for _, p := range []int{0, 1} {
+		if err := pub.Publish(p, fmt.Sprintf("127.0.0.1:%d", 7000+p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		r := <-waits
+		if want := fmt.Sprintf("127.0.0.1:%d", 7000+r.peer); r.err != nil || r.addr != want {
+			t.Errorf("Resolve(%d) waiting for its publication = %q, %v; want %q", r.peer, r.addr, r.err, want)
+		}
+	}
+	if c := d.Counters().Cached; c > 1 {
+		t.Errorf("the directory holds %d addresses; want at most MaxEntries, 1", c)
+	}
+}
+
 // Prefetch reads every page at the revision it is given: with one key a
 // page, a life published after the fence and a peer withdrawn after it
 // are not in what it reads.

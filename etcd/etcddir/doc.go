@@ -31,8 +31,10 @@
 // layers of a process ask for one peer at once, etcd sees one fetch, and
 // its reply answers them all (the coalescing whose absence was PMIx's bug,
 // openpmix #3415). Lookup answers from what was fetched.
-// Options.MaxEntries and IdleTimeout bound what a process keeps. Its cost
-// to etcd grows with the peers each process uses, not with the job.
+// Options.MaxEntries and IdleTimeout bound what a process keeps; the
+// watch of a peer that has not published runs outside the cache, and
+// takes none of its room. Its cost to etcd grows with the peers each
+// process uses, not with the job.
 //
 // For jobs that want every address at once (PMIx's full modex), the fence
 // costs O(N): one process runs [Directory.CoordinateFence], which follows

@@ -82,8 +82,18 @@ type Options struct {
 	Validate func(addr string) error
 
 	// MaxEntries, OnDemand only: if positive, the most addresses this
-	// process keeps (epcache's Config.MaxEntries); the least recently used
-	// is dropped, and fetched again when asked for.
+	// process keeps (epcache's [epcache.Config] MaxEntries, whose doc says
+	// how the room is shared). A fetch that needs room when the cache is
+	// full first evicts an address that has not been used since the clock
+	// hand last passed it, choosing among those the one asked for least
+	// often (a CLOCK weighed by a frequency sketch): a peer asked for
+	// often outlives one asked for once, even if that one was used more
+	// recently. An evicted address is fetched again when asked for. A
+	// fetch holds room only for its one read of the peer's key: a peer
+	// that has not published is waited for outside the cache, taking no
+	// room, so that lookups of published peers never wait behind it. What
+	// such a wait, Unreachable's watch or Prefetch finds is kept only if
+	// there is room (they never evict); Resolve returns it all the same.
 	MaxEntries int
 
 	// IdleTimeout, OnDemand only: if positive, an address nobody asked for
@@ -288,9 +298,13 @@ func (d *Directory) Lookup(peer int) (string, error) {
 // after [Directory.Unreachable] reported the address it held), and, if the
 // key is absent, watches that key from the read's revision until the peer
 // publishes: nothing is missed and nothing is polled. However many
-// goroutines ask for one peer at once, etcd sees one fetch, and its reply
-// answers them all. In Mirror mode it waits for the mirror to hold an
-// address.
+// goroutines ask for one peer at once, etcd sees one fetch (and, for a
+// peer that has not published, one watch), and its reply answers them
+// all. The watch of a peer that has not published runs outside the
+// address cache: it takes none of MaxEntries' room, and no Resolve or
+// Lookup of a published peer waits behind it; the address it finds is
+// returned even where the cache has no room to keep it. In Mirror mode it
+// waits for the mirror to hold an address.
 //
 // A peer outside 0 to Size-1 gives an error wrapping
 // [directory.ErrUnknownPeer] at once; an invalid address or a peer of the
