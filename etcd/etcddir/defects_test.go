@@ -2,6 +2,7 @@ package etcddir_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/epcache/epcache/etcd/etcddir"
+	"github.com/epcache/epcache/transport/directory"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -176,6 +178,36 @@ func TestPrefetchReadsEveryPageAtItsRevision(t *testing.T) {
 	for p := range 4 {
 		if got, err := d.Lookup(p); err != nil || got != fmt.Sprintf("127.0.0.1:%d", 7000+p) {
 			t.Errorf("Lookup(%d) after Prefetch at the fence's revision %d = %q, %v; want the address it had then", p, fence, got, err)
+		}
+	}
+}
+
+// In OnDemand mode, a transport that only calls Lookup learns what is
+// wrong with a garbled value: once the fetch that Lookup starts has read
+// it, Lookup answers the error Resolve gives, not "not published".
+func TestLookupOfAGarbledValueSaysWhatIsWrong(t *testing.T) {
+	s := server(t)
+	tc := client(t, s.URL())
+	prefix := "/test/" + t.Name() + "/"
+	for peer, v := range map[int]string{1: "epcache-life=x 127.0.0.1:7001", 2: ""} {
+		if _, err := tc.Put(request(t), etcddir.Key(prefix, peer), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := open(t, client(t, s.URL()), onDemand)
+	for _, p := range []int{1, 2} {
+		var last error
+		eventually(t, fmt.Sprintf("Lookup(%d) says what is wrong", p), func() bool {
+			_, last = d.Lookup(p)
+			return last != nil && !errors.Is(last, directory.ErrNotPublished)
+		})
+		t.Logf("Lookup(%d): %v", p, last)
+		_, rerr := d.Resolve(request(t), p)
+		if rerr == nil || rerr.Error() != last.Error() {
+			t.Errorf("peer %d: Lookup says %v, Resolve %v; want one answer", p, last, rerr)
+		}
+		if !strings.Contains(last.Error(), fmt.Sprintf("peer %d", p)) {
+			t.Errorf("Lookup(%d): %v; want an error naming the peer", p, last)
 		}
 	}
 }

@@ -271,17 +271,22 @@ func (d *Directory) request(ctx context.Context) (context.Context, context.Cance
 }
 
 // Lookup returns peer's address from memory, without a round trip. A
-// peer with none gives a [*directory.NotPublishedError]; an address that
-// failed validation, or a peer that published under the old key format,
-// gives an error that says so.
+// peer with none gives a [*directory.NotPublishedError]; a value that is
+// empty or garbled, an address that failed validation, or a peer that
+// published under the old key format, gives an error that says so, and
+// is not a NotPublishedError.
 //
 // In Mirror mode, Withdrawn is set for a peer that had an address (it was
 // unpublished or its lease expired). In OnDemand mode, Lookup answers
-// from the addresses Resolve (or Prefetch) fetched; for a peer it holds
-// none of, it starts fetching one in the background, bounded by Timeout,
-// so that a transport that only calls Lookup and retries it finds the
-// address on a later call (one fetch at a time per peer: a peer whose
-// value is garbled is read again at each Lookup that misses).
+// from what this process fetched (Resolve, Prefetch, and Lookup's own
+// fetches). For a peer whose address it holds none of, it starts a fetch
+// in the background, unless one runs or a Resolve of the peer is under
+// way (a wait for a peer that has not published lasts at most Timeout),
+// and answers what the last fetch of the peer found wrong with its value,
+// or, if none did, a NotPublishedError: a transport that only calls
+// Lookup and retries it finds the address, or learns what is wrong, on a
+// later call. A peer whose value is wrong is read again at each Lookup
+// that starts a fetch, so that a corrected value is found.
 func (d *Directory) Lookup(peer int) (string, error) {
 	if err := d.check(peer); err != nil {
 		return "", err

@@ -43,6 +43,12 @@ type onDemand struct {
 	stale    map[int]bool    // the next fetch of the peer reads linearizably (Unreachable)
 	reviving map[int]bool    // a revival watch runs for the peer
 
+	// failed holds, per peer, what the last fetch or wait of the peer
+	// found wrong: an invalid value, or the old key format. Lookup answers
+	// it, so that a transport that calls only Lookup learns it. A fetch
+	// or wait that finds the key absent or valid clears it. Guarded by mu.
+	failed map[int]error
+
 	// old holds the peers whose key of the old format exists, as the
 	// guard last saw them; oldWake is closed and replaced when it gains
 	// one. Guarded by mu.
@@ -92,7 +98,7 @@ var (
 
 func (d *Directory) openOnDemand(ctx context.Context) error {
 	d.ond = onDemand{
-		demands: map[int]*demand{}, stale: map[int]bool{}, reviving: map[int]bool{},
+		demands: map[int]*demand{}, stale: map[int]bool{}, reviving: map[int]bool{}, failed: map[int]error{},
 		old: map[int]bool{}, oldWake: make(chan struct{}),
 		seen: map[int]int64{}, wake: make(chan struct{}, 1),
 	}
@@ -192,6 +198,9 @@ func (d *Directory) oldPeer(peer int) (old bool, wake <-chan struct{}) {
 	return d.ond.old[peer], d.ond.oldWake
 }
 
+// lookupOnDemand answers from what this process fetched: the address the
+// cache holds, or else what the last fetch of the peer found wrong, or
+// else "not published"; on a miss it fetches the peer in the background.
 func (d *Directory) lookupOnDemand(peer int) (string, error) {
 	if a, ok := d.addrs.Load(peer); ok {
 		return a.addr, nil
@@ -200,7 +209,25 @@ func (d *Directory) lookupOnDemand(peer int) (string, error) {
 		return "", d.oldFormatError(peer)
 	}
 	d.fetchInBackground(peer)
+	d.ond.mu.Lock()
+	err := d.ond.failed[peer]
+	d.ond.mu.Unlock()
+	if err != nil {
+		return "", err
+	}
 	return "", &directory.NotPublishedError{Peer: peer}
+}
+
+// found records what a fetch or wait of peer found: err, an invalid value
+// or the old key format, or nil, the key absent or valid.
+func (d *Directory) found(peer int, err error) {
+	d.ond.mu.Lock()
+	defer d.ond.mu.Unlock()
+	if err != nil {
+		d.ond.failed[peer] = err
+	} else {
+		delete(d.ond.failed, peer)
+	}
 }
 
 // fetchInBackground starts a fetch of peer for Lookup, unless one runs or
@@ -350,6 +377,7 @@ func (d *Directory) fetch(ctx context.Context, peer int) (address, error) {
 		return address{}, errAwaiting
 	case kv != nil:
 		a, err := d.decodeAddress(peer, kv)
+		d.found(peer, err)
 		if err != nil {
 			return address{}, err
 		}
@@ -362,8 +390,11 @@ func (d *Directory) fetch(ctx context.Context, peer int) (address, error) {
 		return a, nil
 	}
 	if old, _ := d.oldPeer(peer); old {
-		return address{}, d.oldFormatError(peer)
+		err := d.oldFormatError(peer)
+		d.found(peer, err)
+		return address{}, err
 	}
+	d.found(peer, nil)
 	d.awaitPublication(peer, rev)
 	return address{}, errAwaiting
 }
@@ -395,6 +426,7 @@ func (d *Directory) waitPublished(ctx context.Context, peer int, w *pending, rev
 	a, err := d.fetchKey(ctx, peer, rev == 0, 0, false, rev)
 	switch {
 	case err == nil:
+		d.found(peer, nil)
 		d.keepNewer(peer, a)
 		d.newLife(peer, a)
 	case errors.Is(context.Cause(ctx), errAbandoned):
@@ -402,6 +434,8 @@ func (d *Directory) waitPublished(ctx context.Context, peer int, w *pending, rev
 		err = errAbandoned
 	case d.ctx.Err() != nil:
 		err = errClosed
+	default:
+		d.found(peer, err)
 	}
 	d.endWait(peer, w, a, err)
 }
