@@ -292,3 +292,34 @@ func TestMirrorOpenThroughACompactionBetweenPages(t *testing.T) {
 		}
 	}
 }
+
+// A peer with keys of both formats (its process of format v2 beside a key
+// of the old format, left by a process of an older etcddir) is answered
+// with its key of format v2, by Lookup and Resolve in both modes, and
+// Lookup before any Resolve says nothing else; Malformed counts the old
+// key.
+func TestPeerWithKeysOfBothFormatsIsAnsweredByItsV2Key(t *testing.T) {
+	s := server(t)
+	tc := client(t, s.URL())
+	prefix := "/test/" + t.Name() + "/"
+	if _, err := tc.Put(request(t), prefix+"1", "127.0.0.1:9001"); err != nil {
+		t.Fatal(err)
+	}
+	pub := open(t, client(t, s.URL()), onDemand)
+	if err := pub.Publish(1, "127.0.0.1:7001"); err != nil {
+		t.Fatal(err)
+	}
+	forModes(t, func(t *testing.T, mode etcddir.Mode) {
+		d := open(t, client(t, s.URL()), func(o *etcddir.Options) { o.Mode, o.Prefix = mode, prefix })
+		if _, err := d.Lookup(1); err != nil && !errors.Is(err, directory.ErrNotPublished) {
+			t.Fatalf("Lookup(1) before any Resolve: %v; want the v2 key's address, or not yet", err)
+		}
+		eventually(t, "Lookup(1) answers the v2 key's address", lookupIs(d, 1, "127.0.0.1:7001"))
+		if got, err := d.Resolve(request(t), 1); err != nil || got != "127.0.0.1:7001" {
+			t.Fatalf("Resolve(1) = %q, %v; want the v2 key's address", got, err)
+		}
+		if got := d.Malformed(); got != 1 {
+			t.Errorf("Malformed() = %d; want 1, the old key", got)
+		}
+	})
+}

@@ -71,10 +71,15 @@
 // peers). The version in the key is the format's: a reader refuses, with
 // an error that names the format, a key of another version (Malformed
 // counts it) and a key of the old format (Prefix + i, unpadded, of etcddir
-// before format v2), whose peer's Lookup and Resolve then say that the job
-// mixes formats. An etcddir of the old format, reading a job of format v2,
-// sees only keys that name no peer: it counts them malformed and finds no
-// peer published. The fence is Prefix + "v2/fence" ([FenceKey]).
+// before format v2), counted too. A peer whose only key is of the old
+// format gets from Lookup and Resolve an error that says the job mixes
+// formats (in OnDemand mode, Lookup once a fetch has found no key of this
+// format); a peer with keys of both formats, a process of format v2 beside
+// a key an older etcddir left, is answered with its key of this format,
+// in both modes, by both calls. An etcddir of the old format, reading a
+// job of format v2, sees only keys that name no peer: it counts them
+// malformed and finds no peer published. The fence is Prefix +
+// "v2/fence" ([FenceKey]).
 //
 // # Lives
 //
@@ -164,8 +169,9 @@
 // random from the upper half of a doubling backoff, so that a job's
 // processes do not come back in step. Entries under the prefix that are
 // not a peer's key of this format, or whose value is empty, garbled or
-// fails Options.Validate, are counted ([Directory.Malformed]) and answer
-// Lookup with an error that says what is wrong.
+// fails Options.Validate, are counted ([Directory.Malformed]; in OnDemand
+// mode, the keys of the old format only) and answer Lookup with an error
+// that says what is wrong (in OnDemand mode, once a fetch has read them).
 //
 // # Counting
 //

@@ -273,8 +273,9 @@ func (d *Directory) request(ctx context.Context) (context.Context, context.Cance
 // Lookup returns peer's address from memory, without a round trip. A
 // peer with none gives a [*directory.NotPublishedError]; a value that is
 // empty or garbled, an address that failed validation, or a peer that
-// published under the old key format, gives an error that says so, and
-// is not a NotPublishedError.
+// published only under the old key format (a peer with keys of both
+// formats is answered with the address of its key of this one), gives an
+// error that says so, and is not a NotPublishedError.
 //
 // In Mirror mode, Withdrawn is set for a peer that had an address (it was
 // unpublished or its lease expired). In OnDemand mode, Lookup answers
@@ -282,11 +283,13 @@ func (d *Directory) request(ctx context.Context) (context.Context, context.Cance
 // fetches). For a peer whose address it holds none of, it starts a fetch
 // in the background, unless one runs or a Resolve of the peer is under
 // way (a wait for a peer that has not published lasts at most Timeout),
-// and answers what the last fetch of the peer found wrong with its value,
-// or, if none did, a NotPublishedError: a transport that only calls
-// Lookup and retries it finds the address, or learns what is wrong, on a
-// later call. A peer whose value is wrong is read again at each Lookup
-// that starts a fetch, so that a corrected value is found.
+// and answers what the last fetch of the peer found wrong with its value
+// or key format, or, if none did, a NotPublishedError (so a peer of the
+// old format too, before a fetch has looked for its key of this format):
+// a transport that only calls Lookup and retries it finds the address, or
+// learns what is wrong, on a later call. A peer whose value is wrong is
+// read again at each Lookup that starts a fetch, so that a corrected
+// value is found.
 func (d *Directory) Lookup(peer int) (string, error) {
 	if err := d.check(peer); err != nil {
 		return "", err
@@ -312,8 +315,10 @@ func (d *Directory) Lookup(peer int) (string, error) {
 // waits for the mirror to hold an address.
 //
 // A peer outside 0 to Size-1 gives an error wrapping
-// [directory.ErrUnknownPeer] at once; an invalid address or a peer of the
-// old key format an error that says so, at once. When ctx ends first, the
+// [directory.ErrUnknownPeer] at once; an invalid address, or a peer that
+// published only under the old key format, an error that says so, at
+// once (a peer with keys of both formats gets the address of its key of
+// this one, as from Lookup, in both modes). When ctx ends first, the
 // error names the peer and wraps both ctx.Err() and a
 // [*directory.NotPublishedError]. After Close, Resolve fails.
 func (d *Directory) Resolve(ctx context.Context, peer int) (string, error) {

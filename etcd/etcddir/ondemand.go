@@ -201,12 +201,11 @@ func (d *Directory) oldPeer(peer int) (old bool, wake <-chan struct{}) {
 // lookupOnDemand answers from what this process fetched: the address the
 // cache holds, or else what the last fetch of the peer found wrong, or
 // else "not published"; on a miss it fetches the peer in the background.
+// The old key format is answered only once a fetch found no key of this
+// format: a peer with keys of both formats is answered by this one's.
 func (d *Directory) lookupOnDemand(peer int) (string, error) {
 	if a, ok := d.addrs.Load(peer); ok {
 		return a.addr, nil
-	}
-	if old, _ := d.oldPeer(peer); old {
-		return "", d.oldFormatError(peer)
 	}
 	d.fetchInBackground(peer)
 	d.ond.mu.Lock()
