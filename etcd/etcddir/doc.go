@@ -154,8 +154,8 @@
 // newer life replaces in the address cache the older one it may hold
 // before the watchers hear of it, so that Lookup answers what the
 // watchers were last told (or, where MaxEntries left no room for it,
-// fetches it again); an older life never replaces a newer one. A peer whose address was never reported
-// unreachable is not followed: its withdrawal and its restart are news
+// fetches it again); an older life never replaces a newer one. A peer
+// whose address was never reported unreachable is not followed: its withdrawal and its restart are news
 // only once this process asks again.
 //
 // # etcd going away

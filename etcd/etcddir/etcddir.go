@@ -281,9 +281,9 @@ func (d *Directory) request(ctx context.Context) (context.Context, context.Cance
 // unpublished or its lease expired). In OnDemand mode, Lookup answers
 // from what this process fetched (Resolve, Prefetch, and Lookup's own
 // fetches). For a peer whose address it holds none of, it starts a fetch
-// in the background, unless one runs or a Resolve of the peer is under
-// way (a wait for a peer that has not published lasts at most Timeout),
-// and answers what the last fetch of the peer found wrong with its value
+// in the background, bounded by Timeout (its wait for a peer that has not
+// published included), unless one runs or a Resolve of the peer is under
+// way, and answers what the last fetch of the peer found wrong with its value
 // or key format, or, if none did, a NotPublishedError (so a peer of the
 // old format too, before a fetch has looked for its key of this format):
 // a transport that only calls Lookup and retries it finds the address, or

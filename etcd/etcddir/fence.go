@@ -219,11 +219,12 @@ func (d *Directory) awaitFence(ctx context.Context, key string, rev int64) (fenc
 // address held, never the reverse, and a life older than one the
 // watchers were told of is passed over. With MaxEntries, the cache takes
 // only what it has room for: Prefetch never evicts. The watchers hear of
-// each life newer than any they heard of, once the cache has it. In
-// Mirror mode, which holds every address already, Prefetch does nothing.
-// If etcd compacted rev away, it reads the newest revision instead.
-// Garbled values are passed over: Lookup and Resolve of their peer fetch
-// it, and say what is wrong.
+// each life newer than any they heard of, after the cache took it (or
+// had no room for it). In Mirror mode, which holds every address already,
+// Prefetch does nothing. If etcd compacted rev away, before the first
+// page or between two, Prefetch reads every page again at the newest
+// revision. Garbled values are passed over: Lookup and Resolve of their
+// peer fetch it, and say what is wrong.
 func (d *Directory) Prefetch(ctx context.Context, rev int64) error {
 	if d.addrs == nil {
 		return nil

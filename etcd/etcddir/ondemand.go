@@ -612,8 +612,9 @@ func (d *Directory) unreachable(peer int, addr string) {
 }
 
 // revive watches peer's key for a life newer than dead, the one reported
-// unreachable: when one appears, the address cache gets it (answering a
-// fetch in flight) and the watchers hear of it. It ends then, or at Close.
+// unreachable: when one appears, it replaces in the address cache any
+// older life held (keepNewer; an Offer answers a fetch in flight), and
+// then the watchers hear of it. It ends then, or at Close.
 func (d *Directory) revive(peer int, dead int64) {
 	defer func() {
 		d.ond.mu.Lock()
