@@ -532,12 +532,15 @@ func TestNewerLifeReplacesTheOlderInTheCache(t *testing.T) {
 
 // With MaxEntries, a peer that has not published takes no room while it
 // is waited for: Resolve of a published peer answers while Resolves of
-// two unpublished ones wait, with room for one address.
+// two unpublished ones wait, with room for one address, and so does the
+// Lookup of another, through its background fetch.
 func TestWaitForAnUnpublishedPeerTakesNoRoom(t *testing.T) {
 	s := server(t)
 	pub := open(t, client(t, s.URL()), onDemand)
-	if err := pub.Publish(3, "127.0.0.1:7003"); err != nil {
-		t.Fatal(err)
+	for _, p := range []int{2, 3} {
+		if err := pub.Publish(p, fmt.Sprintf("127.0.0.1:%d", 7000+p)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	d := open(t, client(t, s.URL()), func(o *etcddir.Options) { o.Mode, o.MaxEntries = etcddir.OnDemand, 1 })
 	type result struct {
@@ -560,6 +563,7 @@ func TestWaitForAnUnpublishedPeerTakesNoRoom(t *testing.T) {
 	if got, err := d.Lookup(3); err != nil || got != "127.0.0.1:7003" {
 		t.Fatalf("Lookup(3) after its Resolve = %q, %v", got, err)
 	}
+	eventually(t, "Lookup(2) of a published peer finds it while two unpublished are waited for", lookupIs(d, 2, "127.0.0.1:7002"))
 	for _, p := range []int{0, 1} {
 		if err := pub.Publish(p, fmt.Sprintf("127.0.0.1:%d", 7000+p)); err != nil {
 			t.Fatal(err)
