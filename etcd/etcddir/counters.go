@@ -30,10 +30,11 @@ type Counters struct {
 	// (etcd compacted past it, or its member lost the leader).
 	Reloads int64
 
-	// Resolves counts calls of Resolve. Fetches counts the reads of a peer
-	// that OnDemand made on a miss: each serves every caller that asked
-	// for the peer while it ran. Abandoned counts fetches cancelled
-	// because nobody waited for them any more.
+	// Resolves counts calls of Resolve. Fetches counts the reads of a
+	// peer's key that OnDemand made on a miss: each serves every caller
+	// that asked for the peer while it ran, and a peer it found absent is
+	// then watched once for them all. Abandoned counts such watches
+	// stopped because nobody waited for them any more.
 	Resolves, Fetches, Abandoned int64
 	// Cached is the number of addresses OnDemand holds now.
 	Cached int64

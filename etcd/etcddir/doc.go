@@ -31,8 +31,10 @@
 // layers of a process ask for one peer at once, etcd sees one fetch, and
 // its reply answers them all (the coalescing whose absence was PMIx's bug,
 // openpmix #3415). Lookup answers from what was fetched.
-// Options.MaxEntries and IdleTimeout bound what a process keeps. Its cost
-// to etcd grows with the peers each process uses, not with the job.
+// Options.MaxEntries and IdleTimeout bound what a process keeps; the
+// watch of a peer that has not published runs outside the cache, and
+// takes none of its room. Its cost to etcd grows with the peers each
+// process uses, not with the job.
 //
 // For jobs that want every address at once (PMIx's full modex), the fence
 // costs O(N): one process runs [Directory.CoordinateFence], which follows
@@ -69,10 +71,15 @@
 // peers). The version in the key is the format's: a reader refuses, with
 // an error that names the format, a key of another version (Malformed
 // counts it) and a key of the old format (Prefix + i, unpadded, of etcddir
-// before format v2), whose peer's Lookup and Resolve then say that the job
-// mixes formats. An etcddir of the old format, reading a job of format v2,
-// sees only keys that name no peer: it counts them malformed and finds no
-// peer published. The fence is Prefix + "v2/fence" ([FenceKey]).
+// before format v2), counted too. A peer whose only key is of the old
+// format gets from Lookup and Resolve an error that says the job mixes
+// formats (in OnDemand mode, Lookup once a fetch has found no key of this
+// format); a peer with keys of both formats, a process of format v2 beside
+// a key an older etcddir left, is answered with its key of this format,
+// in both modes, by both calls. An etcddir of the old format, reading a
+// job of format v2, sees only keys that name no peer: it counts them
+// malformed and finds no peer published. The fence is Prefix +
+// "v2/fence" ([FenceKey]).
 //
 // # Lives
 //
@@ -143,9 +150,12 @@
 // function is called when it learns of a life of a peer newer than any it
 // knew: from a fetch (Resolve, Lookup's background fetch, Prefetch), or
 // from the watch that Unreachable starts on the peer's key, which fetches
-// the peer's next life as soon as it is published (the address cache gets
-// it too) and then ends. A peer whose address was never reported
-// unreachable is not followed: its withdrawal and its restart are news
+// the peer's next life as soon as it is published and then ends. Each
+// newer life replaces in the address cache the older one it may hold
+// before the watchers hear of it, so that Lookup answers what the
+// watchers were last told (or, where MaxEntries left no room for it,
+// fetches it again); an older life never replaces a newer one. A peer
+// whose address was never reported unreachable is not followed: its withdrawal and its restart are news
 // only once this process asks again.
 //
 // # etcd going away
@@ -159,8 +169,9 @@
 // random from the upper half of a doubling backoff, so that a job's
 // processes do not come back in step. Entries under the prefix that are
 // not a peer's key of this format, or whose value is empty, garbled or
-// fails Options.Validate, are counted ([Directory.Malformed]) and answer
-// Lookup with an error that says what is wrong.
+// fails Options.Validate, are counted ([Directory.Malformed]; in OnDemand
+// mode, the keys of the old format only) and answer Lookup with an error
+// that says what is wrong (in OnDemand mode, once a fetch has read them).
 //
 // # Counting
 //

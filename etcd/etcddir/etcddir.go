@@ -82,8 +82,18 @@ type Options struct {
 	Validate func(addr string) error
 
 	// MaxEntries, OnDemand only: if positive, the most addresses this
-	// process keeps (epcache's Config.MaxEntries); the least recently used
-	// is dropped, and fetched again when asked for.
+	// process keeps (epcache's [epcache.Config] MaxEntries, whose doc says
+	// how the room is shared). A fetch that needs room when the cache is
+	// full first evicts an address that has not been used since the clock
+	// hand last passed it, choosing among those the one asked for least
+	// often (a CLOCK weighed by a frequency sketch): a peer asked for
+	// often outlives one asked for once, even if that one was used more
+	// recently. An evicted address is fetched again when asked for. A
+	// fetch holds room only for its one read of the peer's key: a peer
+	// that has not published is waited for outside the cache, taking no
+	// room, so that lookups of published peers never wait behind it. What
+	// such a wait, Unreachable's watch or Prefetch finds is kept only if
+	// there is room (they never evict); Resolve returns it all the same.
 	MaxEntries int
 
 	// IdleTimeout, OnDemand only: if positive, an address nobody asked for
@@ -153,9 +163,13 @@ const maxTxnOps = 128
 
 // Open connects the directory to its job's keys. In Mirror mode it loads
 // every address under opts.Prefix and starts watching them; in OnDemand
-// mode it reads only the keys of the old format, to refuse a job that
-// mixes formats. It fails, with an error naming the endpoints, if etcd
-// does not answer within opts.Timeout (or ctx).
+// mode it reads only the names of the keys of the old format, so that a
+// peer published only under that format gets an error that says so (see
+// "Keys" in the package doc). It reads page by page, PageSize keys a
+// request, every page at the revision of the first; a compaction between
+// two pages makes it read again from the first page, at once, at the
+// newest revision. It fails, with an error naming the endpoints, if etcd
+// does not answer a request within opts.Timeout, or ctx ends first.
 func Open(ctx context.Context, opts Options) (*Directory, error) {
 	switch {
 	case opts.Client == nil:
@@ -257,17 +271,25 @@ func (d *Directory) request(ctx context.Context) (context.Context, context.Cance
 }
 
 // Lookup returns peer's address from memory, without a round trip. A
-// peer with none gives a [*directory.NotPublishedError]; an address that
-// failed validation, or a peer that published under the old key format,
-// gives an error that says so.
+// peer with none gives a [*directory.NotPublishedError]; a value that is
+// empty or garbled, an address that failed validation, or a peer that
+// published only under the old key format (a peer with keys of both
+// formats is answered with the address of its key of this one), gives an
+// error that says so, and is not a NotPublishedError.
 //
 // In Mirror mode, Withdrawn is set for a peer that had an address (it was
 // unpublished or its lease expired). In OnDemand mode, Lookup answers
-// from the addresses Resolve (or Prefetch) fetched; for a peer it holds
-// none of, it starts fetching one in the background, bounded by Timeout,
-// so that a transport that only calls Lookup and retries it finds the
-// address on a later call (one fetch at a time per peer: a peer whose
-// value is garbled is read again at each Lookup that misses).
+// from what this process fetched (Resolve, Prefetch, and Lookup's own
+// fetches). For a peer whose address it holds none of, it starts a fetch
+// in the background, bounded by Timeout (its wait for a peer that has not
+// published included), unless one runs or a Resolve of the peer is under
+// way, and answers what the last fetch of the peer found wrong with its value
+// or key format, or, if none did, a NotPublishedError (so a peer of the
+// old format too, before a fetch has looked for its key of this format):
+// a transport that only calls Lookup and retries it finds the address, or
+// learns what is wrong, on a later call. A peer whose value is wrong is
+// read again at each Lookup that starts a fetch, so that a corrected
+// value is found.
 func (d *Directory) Lookup(peer int) (string, error) {
 	if err := d.check(peer); err != nil {
 		return "", err
@@ -284,13 +306,19 @@ func (d *Directory) Lookup(peer int) (string, error) {
 // after [Directory.Unreachable] reported the address it held), and, if the
 // key is absent, watches that key from the read's revision until the peer
 // publishes: nothing is missed and nothing is polled. However many
-// goroutines ask for one peer at once, etcd sees one fetch, and its reply
-// answers them all. In Mirror mode it waits for the mirror to hold an
-// address.
+// goroutines ask for one peer at once, etcd sees one fetch (and, for a
+// peer that has not published, one watch), and its reply answers them
+// all. The watch of a peer that has not published runs outside the
+// address cache: it takes none of MaxEntries' room, and no Resolve or
+// Lookup of a published peer waits behind it; the address it finds is
+// returned even where the cache has no room to keep it. In Mirror mode it
+// waits for the mirror to hold an address.
 //
 // A peer outside 0 to Size-1 gives an error wrapping
-// [directory.ErrUnknownPeer] at once; an invalid address or a peer of the
-// old key format an error that says so, at once. When ctx ends first, the
+// [directory.ErrUnknownPeer] at once; an invalid address, or a peer that
+// published only under the old key format, an error that says so, at
+// once (a peer with keys of both formats gets the address of its key of
+// this one, as from Lookup, in both modes). When ctx ends first, the
 // error names the peer and wraps both ctx.Err() and a
 // [*directory.NotPublishedError]. After Close, Resolve fails.
 func (d *Directory) Resolve(ctx context.Context, peer int) (string, error) {
@@ -319,9 +347,12 @@ var errClosed = errors.New("etcddir: directory closed")
 // peer, no longer answers. In OnDemand mode, if the directory still holds
 // addr for peer, it drops it (a report about an older address leaves a
 // newer one alone), so that the next Resolve reads the key again,
-// linearizably; and it watches peer's key for a newer life, which it
-// fetches and tells the watchers of as soon as it appears. In Mirror mode,
-// which follows every change of every key, it does nothing.
+// linearizably; and it watches peer's key for a life newer than the one
+// reported, which, as soon as it appears, replaces in the address cache
+// any older life held (a Resolve may have read the reported one again
+// meanwhile, while its process's lease lasts), and then the watchers are
+// told of it: from the moment they are, Lookup and Resolve answer it. In
+// Mirror mode, which follows every change of every key, it does nothing.
 func (d *Directory) Unreachable(peer int, addr string) {
 	if d.check(peer) != nil || d.addrs == nil {
 		return

@@ -503,3 +503,66 @@ func TestValueFormats(t *testing.T) {
 		t.Error("Publish of an address that begins with the tag succeeded")
 	}
 }
+
+// After Close, Resolve fails in either mode, even of a peer it holds.
+func TestResolveFailsAfterClose(t *testing.T) {
+	forModes(t, func(t *testing.T, mode etcddir.Mode) {
+		s := server(t)
+		pub := open(t, client(t, s.URL()), nil)
+		if err := pub.Publish(1, "127.0.0.1:7001"); err != nil {
+			t.Fatal(err)
+		}
+		d := open(t, client(t, s.URL()), inMode(mode))
+		if got, err := d.Resolve(request(t), 1); err != nil || got != "127.0.0.1:7001" {
+			t.Fatalf("Resolve(1) = %q, %v", got, err)
+		}
+		d.Close()
+		if got, err := d.Resolve(request(t), 1); err == nil {
+			t.Fatalf("Resolve(1) after Close = %q, nil; want an error", got)
+		} else {
+			t.Log(err)
+		}
+	})
+}
+
+// Mirror's Open survives a compaction between two pages of its first
+// load: it reads the prefix again, as the mirror's reloads do.
+func TestMirrorOpenThroughACompactionBetweenPages(t *testing.T) {
+	s := server(t)
+	tc := client(t, s.URL())
+	prefix := "/test/" + t.Name() + "/"
+	pub := open(t, client(t, s.URL()), func(o *etcddir.Options) { o.Size = 3 })
+	for p := range 3 {
+		if err := pub.Publish(p, fmt.Sprintf("127.0.0.1:%d", 7000+p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := client(t, s.URL())
+	var compacted bool
+	c.KV = &compactAfterFirstPage{KV: c.KV, prefix: prefix, compact: func() {
+		// A revision of its own, and the history before it gone.
+		resp, err := tc.Put(request(t), "/test/"+t.Name()+"-other", "x")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := tc.Compact(request(t), resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+			t.Error(err)
+			return
+		}
+		compacted = true
+	}}
+	d, err := etcddir.Open(context.Background(), etcddir.Options{Client: c, Prefix: prefix, Size: 3, PageSize: 1, TTL: time.Hour, Timeout: patience})
+	if err != nil {
+		t.Fatalf("Open with a compaction between the pages of its load: %v", err)
+	}
+	defer d.Close()
+	if !compacted {
+		t.Fatal("no compaction between the pages")
+	}
+	for p := range 3 {
+		if got, err := d.Lookup(p); err != nil || got != fmt.Sprintf("127.0.0.1:%d", 7000+p) {
+			t.Errorf("Lookup(%d) = %q, %v", p, got, err)
+		}
+	}
+}

@@ -376,3 +376,21 @@ func (w *countingWatcher) watchesOf(key string) int {
 	defer w.mu.Unlock()
 	return w.watches[key]
 }
+
+// compactAfterFirstPage is a client's KV that compacts etcd's history
+// right after the first range read under prefix is answered: between the
+// first two pages of Open's load.
+type compactAfterFirstPage struct {
+	clientv3.KV
+	prefix  string
+	compact func()
+	once    sync.Once
+}
+
+func (k *compactAfterFirstPage) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	resp, err := k.KV.Get(ctx, key, opts...)
+	if err == nil && strings.HasPrefix(key, k.prefix) && !clientv3.OpGet(key, opts...).IsSerializable() && len(clientv3.OpGet(key, opts...).RangeBytes()) > 0 {
+		k.once.Do(k.compact)
+	}
+	return resp, err
+}

@@ -212,14 +212,19 @@ func (d *Directory) awaitFence(ctx context.Context, key string, rev int64) (fenc
 
 // Prefetch reads every peer's address at revision rev (a fence's, from
 // Fence or CoordinateFence; 0: the newest), page by page (PageSize keys
-// per request), so that Lookup answers each without a fetch of its own:
-// PMIx's full modex after the fence. In OnDemand mode the addresses go
-// into the address cache (answering any Resolve waiting; with
-// MaxEntries, only as many as it holds) and the watchers hear of each
-// new life; in Mirror mode, which holds every address already, Prefetch
-// does nothing. If etcd compacted rev away, it reads the newest
-// revision instead. Garbled values are passed over: Resolve of their
-// peer says what is wrong.
+// per request), every page at rev, so that Lookup answers each without a
+// fetch of its own: PMIx's full modex after the fence. In OnDemand mode
+// each address read goes into the address cache unless the cache holds
+// that life of the peer or a newer one: a newer life replaces the older
+// address held, never the reverse, and a life older than one the
+// watchers were told of is passed over. With MaxEntries, the cache takes
+// only what it has room for: Prefetch never evicts. The watchers hear of
+// each life newer than any they heard of, after the cache took it (or
+// had no room for it). In Mirror mode, which holds every address already,
+// Prefetch does nothing. If etcd compacted rev away, before the first
+// page or between two, Prefetch reads every page again at the newest
+// revision. Garbled values are passed over: Lookup and Resolve of their
+// peer fetch it, and say what is wrong.
 func (d *Directory) Prefetch(ctx context.Context, rev int64) error {
 	if d.addrs == nil {
 		return nil
@@ -231,13 +236,13 @@ func (d *Directory) Prefetch(ctx context.Context, rev int64) error {
 			return
 		}
 		if a, err := d.decodeAddress(peer, kv); err == nil {
-			d.addrs.Offer(peer, a)
+			d.keepNewer(peer, a)
 			d.newLife(peer, a)
 		}
 	}
 	_, err := d.rangeAll(ctx, start, end, rev, false, each)
-	if errors.Is(err, rpctypes.ErrCompacted) {
-		_, err = d.rangeAll(ctx, start, end, 0, false, each)
+	if errors.Is(err, rpctypes.ErrCompacted) && ctx.Err() == nil {
+		_, err = d.rangeNewest(ctx, start, end, false, func() {}, each)
 	}
 	if err != nil {
 		return fmt.Errorf("etcddir: prefetching %q at revision %d: %w", d.opts.Prefix, rev, err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/epcache/epcache/transport/directory"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -39,9 +40,11 @@ func (d *Directory) openMirror(ctx context.Context) error {
 	return nil
 }
 
-// rangeAll reads the keys [start, end) page by page, at revision rev (0:
-// the newest), calling each for every key in order, and returns the
-// revision read.
+// rangeAll reads the keys [start, end) page by page, every page at
+// revision rev (0: the newest, which the first page's answer names),
+// calling each for every key in order, and returns the revision read. A
+// compaction past rev between two pages fails it with
+// rpctypes.ErrCompacted.
 func (d *Directory) rangeAll(ctx context.Context, start, end string, rev int64, keysOnly bool, each func(*mvccpb.KeyValue)) (int64, error) {
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(d.opts.PageSize))}
@@ -57,7 +60,13 @@ func (d *Directory) rangeAll(ctx context.Context, start, end string, rev int64, 
 		if err != nil {
 			return 0, err
 		}
-		rev = resp.Header.Revision // the first page's: the others read at it
+		if rev == 0 {
+			// The first page of a read of the newest: the others read at
+			// its revision. A read at a given revision keeps it: etcd
+			// answers every read with its current revision, not the one
+			// asked for.
+			rev = resp.Header.Revision
+		}
 		for _, kv := range resp.Kvs {
 			each(kv)
 		}
@@ -68,12 +77,32 @@ func (d *Directory) rangeAll(ctx context.Context, start, end string, rev int64, 
 	}
 }
 
+// rangeNewest is rangeAll of the newest revision, read again from the
+// start, at once, when a compaction lands between two of its pages, until
+// a read completes, fails otherwise, or ctx ends. Each attempt begins with
+// a call of begin, which resets what each gathered. A read of the newest
+// cannot fail on its first page for a compaction: each retry has read at
+// least a page, and a later revision than the one before.
+func (d *Directory) rangeNewest(ctx context.Context, start, end string, keysOnly bool, begin func(), each func(*mvccpb.KeyValue)) (int64, error) {
+	for {
+		begin()
+		rev, err := d.rangeAll(ctx, start, end, 0, keysOnly, each)
+		if !errors.Is(err, rpctypes.ErrCompacted) || ctx.Err() != nil {
+			return rev, err
+		}
+	}
+}
+
 // load reads the whole prefix into the mirror and returns its revision.
 func (d *Directory) load(ctx context.Context) (int64, error) {
-	seen := make([]bool, len(d.entries))
-	seenOld := make([]bool, len(d.entries))
-	seenOdd := map[string]struct{}{}
-	rev, err := d.rangeAll(ctx, d.opts.Prefix, clientv3.GetPrefixRangeEnd(d.opts.Prefix), 0, false, func(kv *mvccpb.KeyValue) {
+	var seen, seenOld []bool
+	var seenOdd map[string]struct{}
+	begin := func() {
+		seen = make([]bool, len(d.entries))
+		seenOld = make([]bool, len(d.entries))
+		seenOdd = map[string]struct{}{}
+	}
+	rev, err := d.rangeNewest(ctx, d.opts.Prefix, clientv3.GetPrefixRangeEnd(d.opts.Prefix), false, begin, func(kv *mvccpb.KeyValue) {
 		switch peer, kind := d.apply(kv, true); kind {
 		case kindPeer:
 			seen[peer] = true
@@ -283,9 +312,13 @@ func (d *Directory) lookupMirror(peer int) (string, error) {
 
 // resolveMirror waits until the mirror holds an address of peer, or
 // something that Lookup answers with an error other than "not
-// published".
+// published". After Close it fails, as Resolve's doc says, even where the
+// mirror, which Close leaves as it was, holds an address.
 func (d *Directory) resolveMirror(ctx context.Context, peer int) (string, error) {
 	for {
+		if d.ctx.Err() != nil {
+			return "", errClosed
+		}
 		d.waitMu.Lock()
 		ch := d.waiters[peer]
 		if ch == nil {

@@ -17,6 +17,17 @@ import (
 // the process that asks for one peer at once shares one fetch, as PMIx's
 // direct modex queues concurrent requests for one peer behind the one
 // reply (openpmix #3415).
+//
+// A fetch (the cache's Create) is one read of the peer's key. epcache
+// counts a creation in flight against MaxEntries, so a fetch that waited
+// inside the cache for a peer to publish would hold the room of an
+// address for as long as the peer takes, and with MaxEntries reached,
+// every lookup of a published peer would wait behind it. A peer found
+// absent is therefore waited for outside the cache: the fetch registers a
+// wait (pending) with the peer's demand and fails with errAwaiting, which
+// sends its askers to that wait. The wait watches the key from the read's
+// revision, one watch for all the peer's askers, and gives them the
+// address it finds, which it also offers to the cache.
 
 // address is what a fetch of a peer found: its address and the life it
 // belongs to. Compared by value: Unreachable drops the one it names.
@@ -28,9 +39,15 @@ type address struct {
 // onDemand is the state of OnDemand beside the cache.
 type onDemand struct {
 	mu       sync.Mutex
-	demands  map[int]*demand // per peer, while a Resolve waits or a fetch runs
+	demands  map[int]*demand // per peer, while a Resolve of it (or Lookup's background fetch) runs
 	stale    map[int]bool    // the next fetch of the peer reads linearizably (Unreachable)
 	reviving map[int]bool    // a revival watch runs for the peer
+
+	// failed holds, per peer, what the last fetch or wait of the peer
+	// found wrong: an invalid value, or the old key format. Lookup answers
+	// it, so that a transport that calls only Lookup learns it. A fetch
+	// or wait that finds the key absent or valid clears it. Guarded by mu.
+	failed map[int]error
 
 	// old holds the peers whose key of the old format exists, as the
 	// guard last saw them; oldWake is closed and replaced when it gains
@@ -45,12 +62,24 @@ type onDemand struct {
 	wake  chan struct{} // signalled when queue gains news
 }
 
-// demand counts the Resolves of one peer waiting, so that a fetch nobody
+// demand counts the askers of one peer (its Resolves under way, and
+// Lookup's background fetch), so that a wait for the peer that nobody
 // waits for any more stops.
 type demand struct {
 	waiting    int
-	background bool                    // a fetch started by Lookup runs
-	cancel     context.CancelCauseFunc // of the fetch in flight; nil if none
+	background bool     // a fetch started by Lookup runs
+	wait       *pending // the wait for the peer to publish; nil if none runs
+}
+
+// pending is a wait for a peer to publish, shared by its askers: done is
+// closed when it ends, after a and err are set (a valid address, or the
+// error that ended the wait: a garbled value, the old key format,
+// errAbandoned, errClosed).
+type pending struct {
+	done   chan struct{}
+	a      address
+	err    error
+	cancel context.CancelCauseFunc
 }
 
 type news struct {
@@ -58,12 +87,18 @@ type news struct {
 	addr string
 }
 
-// errAbandoned ends a fetch whose askers all left.
-var errAbandoned = errors.New("etcddir: fetch abandoned: nobody waits for it")
+var (
+	// errAbandoned ends a wait whose askers all left.
+	errAbandoned = errors.New("etcddir: wait abandoned: nobody waits for it")
+	// errAwaiting is a fetch's answer for a peer that has not published:
+	// its askers wait for it outside the cache (pending). Never returned
+	// to a caller of the directory.
+	errAwaiting = errors.New("etcddir: the peer has not published; its askers wait for it outside the address cache")
+)
 
 func (d *Directory) openOnDemand(ctx context.Context) error {
 	d.ond = onDemand{
-		demands: map[int]*demand{}, stale: map[int]bool{}, reviving: map[int]bool{},
+		demands: map[int]*demand{}, stale: map[int]bool{}, reviving: map[int]bool{}, failed: map[int]error{},
 		old: map[int]bool{}, oldWake: make(chan struct{}),
 		seen: map[int]int64{}, wake: make(chan struct{}, 1),
 	}
@@ -94,8 +129,8 @@ func (d *Directory) openOnDemand(ctx context.Context) error {
 
 func (d *Directory) loadOld(ctx context.Context) (int64, error) {
 	start, end := d.oldRange()
-	found := map[int]bool{}
-	rev, err := d.rangeAll(ctx, start, end, 0, true, func(kv *mvccpb.KeyValue) {
+	var found map[int]bool
+	rev, err := d.rangeNewest(ctx, start, end, true, func() { found = map[int]bool{} }, func(kv *mvccpb.KeyValue) {
 		if peer, kind, _ := d.parseKey(kv.Key); kind == kindOld {
 			found[peer] = true
 		}
@@ -163,22 +198,43 @@ func (d *Directory) oldPeer(peer int) (old bool, wake <-chan struct{}) {
 	return d.ond.old[peer], d.ond.oldWake
 }
 
+// lookupOnDemand answers from what this process fetched: the address the
+// cache holds, or else what the last fetch of the peer found wrong, or
+// else "not published"; on a miss it fetches the peer in the background.
+// The old key format is answered only once a fetch found no key of this
+// format: a peer with keys of both formats is answered by this one's.
 func (d *Directory) lookupOnDemand(peer int) (string, error) {
 	if a, ok := d.addrs.Load(peer); ok {
 		return a.addr, nil
 	}
-	if old, _ := d.oldPeer(peer); old {
-		return "", d.oldFormatError(peer)
-	}
 	d.fetchInBackground(peer)
+	d.ond.mu.Lock()
+	err := d.ond.failed[peer]
+	d.ond.mu.Unlock()
+	if err != nil {
+		return "", err
+	}
 	return "", &directory.NotPublishedError{Peer: peer}
 }
 
-// fetchInBackground starts a fetch of peer for Lookup, unless one runs.
+// found records what a fetch or wait of peer found: err, an invalid value
+// or the old key format, or nil, the key absent or valid.
+func (d *Directory) found(peer int, err error) {
+	d.ond.mu.Lock()
+	defer d.ond.mu.Unlock()
+	if err != nil {
+		d.ond.failed[peer] = err
+	} else {
+		delete(d.ond.failed, peer)
+	}
+}
+
+// fetchInBackground starts a fetch of peer for Lookup, unless one runs or
+// a Resolve of the peer is under way.
 func (d *Directory) fetchInBackground(peer int) {
 	d.ond.mu.Lock()
 	dm := d.ond.demands[peer]
-	if dm != nil && (dm.background || dm.cancel != nil) {
+	if dm != nil && (dm.background || dm.waiting > 0) {
 		d.ond.mu.Unlock()
 		return
 	}
@@ -206,8 +262,9 @@ func (d *Directory) fetchInBackground(peer int) {
 	}
 }
 
-// want adds delta to the Resolves of peer waiting; when none is left, the
-// fetch in flight, if any, is cancelled.
+// want adds delta to the askers of peer; when none is left, the wait for
+// the peer, if one runs, is detached and cancelled, so that a later asker
+// starts a wait of its own.
 func (d *Directory) want(peer, delta int) {
 	d.ond.mu.Lock()
 	defer d.ond.mu.Unlock()
@@ -220,11 +277,23 @@ func (d *Directory) want(peer, delta int) {
 	if dm.waiting > 0 {
 		return
 	}
-	if dm.cancel != nil {
-		dm.cancel(errAbandoned)
-	} else if !dm.background {
+	if w := dm.wait; w != nil {
+		dm.wait = nil
+		w.cancel(errAbandoned)
+	}
+	if !dm.background {
 		delete(d.ond.demands, peer)
 	}
+}
+
+// currentWait returns the wait for peer that runs, or nil.
+func (d *Directory) currentWait(peer int) *pending {
+	d.ond.mu.Lock()
+	defer d.ond.mu.Unlock()
+	if dm := d.ond.demands[peer]; dm != nil {
+		return dm.wait
+	}
+	return nil
 }
 
 func (d *Directory) resolveOnDemand(ctx context.Context, peer int) (string, error) {
@@ -233,18 +302,40 @@ func (d *Directory) resolveOnDemand(ctx context.Context, peer int) (string, erro
 	return d.resolveWaiting(ctx, peer)
 }
 
-// resolveWaiting is Resolve for a caller counted in peer's demand.
+// resolveWaiting is Resolve for a caller counted in peer's demand: it
+// joins the wait for the peer if one runs, and asks the address cache
+// otherwise. A fetch that finds the peer absent starts a wait before it
+// fails with errAwaiting, so that the askers it answers, and those that
+// come after, find that wait and share it.
 func (d *Directory) resolveWaiting(ctx context.Context, peer int) (string, error) {
 	for {
+		if w := d.currentWait(peer); w != nil {
+			select {
+			case <-w.done:
+			case <-ctx.Done():
+				return "", d.notPublishedBy(ctx, peer)
+			case <-d.ctx.Done():
+				return "", errClosed
+			}
+			switch {
+			case w.err == nil:
+				return w.a.addr, nil
+			case errors.Is(w.err, errAbandoned):
+				continue // not while this caller counts in the demand; look again
+			case errors.Is(w.err, errClosed), d.ctx.Err() != nil:
+				return "", errClosed
+			}
+			return "", w.err
+		}
 		a, err := d.addrs.Get(ctx, peer)
 		switch {
 		case err == nil:
 			return a.addr, nil
 		case ctx.Err() != nil:
 			return "", d.notPublishedBy(ctx, peer)
-		case errors.Is(err, errAbandoned):
-			// Joined a fetch its askers had left, which ended before this
-			// caller's demand could keep it: fetch again.
+		case errors.Is(err, errAwaiting), errors.Is(err, errAbandoned):
+			// Sent to the wait for the peer (or to a fetch that ended
+			// before this caller's demand could keep it): look again.
 			continue
 		case errors.Is(err, epcache.ErrClosed), d.ctx.Err() != nil:
 			return "", errClosed
@@ -253,81 +344,167 @@ func (d *Directory) resolveWaiting(ctx context.Context, peer int) (string, error
 	}
 }
 
-// fetch is the address cache's Create: it reads peer's key, and waits for
-// the peer to publish if it has not, until the peer's askers all leave.
+// fetch is the address cache's Create: one read of peer's key, holding
+// the room of an address (MaxEntries) for that read only, which Timeout
+// bounds. A peer that has not published, or a key that etcd did not
+// answer the read of, is waited for outside the cache (awaitPublication),
+// and the fetch fails with errAwaiting; so does a fetch that finds such a
+// wait running, without reading.
 func (d *Directory) fetch(ctx context.Context, peer int) (address, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	d.ond.mu.Lock()
 	dm := d.ond.demands[peer]
-	if dm == nil || dm.waiting <= 0 {
+	switch {
+	case dm == nil || dm.waiting <= 0:
 		d.ond.mu.Unlock()
 		return address{}, errAbandoned
+	case dm.wait != nil:
+		d.ond.mu.Unlock()
+		return address{}, errAwaiting
 	}
-	dm.cancel = cancel
 	linear := d.ond.stale[peer]
 	delete(d.ond.stale, peer)
 	d.ond.mu.Unlock()
-	defer func() {
-		d.ond.mu.Lock()
-		dm.cancel = nil
-		if dm.waiting <= 0 && !dm.background {
-			delete(d.ond.demands, peer)
-		}
-		d.ond.mu.Unlock()
-	}()
 	d.count.fetches.Add(1)
-	a, err := d.fetchKey(ctx, peer, linear, 0, false)
+	kv, rev, err := d.readKey(ctx, peer, linear)
 	switch {
-	case err == nil:
+	case err != nil && ctx.Err() != nil:
+		return address{}, err // Close, or answered by what an Offer gave: nothing owed
+	case err != nil:
+		// etcd did not answer: the wait reads again, linearizably, with
+		// a backoff.
+		d.awaitPublication(peer, 0)
+		return address{}, errAwaiting
+	case kv != nil:
+		a, err := d.decodeAddress(peer, kv)
+		d.found(peer, err)
+		if err != nil {
+			return address{}, err
+		}
+		if errors.Is(context.Cause(ctx), epcache.ErrOffered) {
+			// An Offer answered this fetch meanwhile, and the cache drops
+			// what it returns: keep it if it is the newer life.
+			d.spawn(func() { d.keepNewer(peer, a) })
+		}
 		d.newLife(peer, a)
 		return a, nil
+	}
+	if old, _ := d.oldPeer(peer); old {
+		err := d.oldFormatError(peer)
+		d.found(peer, err)
+		return address{}, err
+	}
+	d.found(peer, nil)
+	d.awaitPublication(peer, rev)
+	return address{}, errAwaiting
+}
+
+// awaitPublication starts, as peer's demand's, a wait for the peer to
+// publish: a watch of its key from revision rev on (0: a read of the key
+// first), outside the address cache, unless a wait runs or nobody asks
+// for the peer any more.
+func (d *Directory) awaitPublication(peer int, rev int64) {
+	d.ond.mu.Lock()
+	dm := d.ond.demands[peer]
+	if dm == nil || dm.waiting <= 0 || dm.wait != nil {
+		d.ond.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithCancelCause(d.ctx)
+	w := &pending{done: make(chan struct{}), cancel: cancel}
+	dm.wait = w
+	d.ond.mu.Unlock()
+	if !d.spawn(func() { d.waitPublished(ctx, peer, w, rev) }) {
+		d.endWait(peer, w, address{}, errClosed)
+	}
+}
+
+// waitPublished runs the wait w for peer until the key holds a valid
+// address (which goes into the cache, and the watchers hear of it), or a
+// value that is not one, or the peer's askers all leave, or Close.
+func (d *Directory) waitPublished(ctx context.Context, peer int, w *pending, rev int64) {
+	a, err := d.fetchKey(ctx, peer, rev == 0, 0, false, rev)
+	switch {
+	case err == nil:
+		d.found(peer, nil)
+		d.keepNewer(peer, a)
+		d.newLife(peer, a)
 	case errors.Is(context.Cause(ctx), errAbandoned):
 		d.count.abandoned.Add(1)
 		err = errAbandoned
-	case errors.Is(context.Cause(ctx), epcache.ErrOffered):
-		return address{}, err // answered by what Offer gave: nothing owed
+	case d.ctx.Err() != nil:
+		err = errClosed
+	default:
+		d.found(peer, err)
 	}
-	if linear {
-		d.ond.mu.Lock()
-		d.ond.stale[peer] = true // still owed a linearizable read
-		d.ond.mu.Unlock()
+	d.endWait(peer, w, a, err)
+}
+
+// endWait ends w, peer's wait, with a or err.
+func (d *Directory) endWait(peer int, w *pending, a address, err error) {
+	d.ond.mu.Lock()
+	if dm := d.ond.demands[peer]; dm != nil && dm.wait == w {
+		dm.wait = nil
 	}
-	return address{}, err
+	d.ond.mu.Unlock()
+	w.a, w.err = a, err
+	close(w.done)
+	w.cancel(nil)
+}
+
+// readKey reads peer's key once (linearizable if linear, serializable
+// otherwise), bounded by Timeout: kv is nil if the key is absent, rev is
+// the revision read.
+func (d *Directory) readKey(ctx context.Context, peer int, linear bool) (kv *mvccpb.KeyValue, rev int64, err error) {
+	var opts []clientv3.OpOption
+	if !linear {
+		opts = append(opts, clientv3.WithSerializable())
+	}
+	rctx, cancel := d.request(ctx)
+	defer cancel()
+	resp, err := d.get(rctx, d.key(peer), opts...)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(resp.Kvs) > 0 {
+		kv = resp.Kvs[0]
+	}
+	return kv, resp.Header.Revision, nil
 }
 
 // fetchKey reads peer's key until it holds a valid life newer than after:
 // one read of the key (linearizable if linear, serializable otherwise),
-// then, if that finds nothing, a watch of the key from the read's
-// revision. A watch lost (compaction, a member without a leader) is
-// followed by a linearizable read again. It ends with ctx.
+// then, if that finds nothing newer, a watch of the key from the read's
+// revision; with from set, it begins with that watch, from revision from
+// on, of a key found absent there. A watch lost (compaction, a member
+// without a leader) is followed by a linearizable read again. It ends
+// with ctx.
 //
 // A garbled value is an error, unless waitValid is set: then it is passed
-// over, as an absent key is, until a valid life is written.
-func (d *Directory) fetchKey(ctx context.Context, peer int, linear bool, after int64, waitValid bool) (address, error) {
+// over, as an absent key is, until a valid life is written. A key of the
+// old format is an error while peer has no key of this format.
+func (d *Directory) fetchKey(ctx context.Context, peer int, linear bool, after int64, waitValid bool, from int64) (address, error) {
 	key := d.key(peer)
 	backoff := minBackoff
 	for {
-		var opts []clientv3.OpOption
-		if !linear {
-			opts = append(opts, clientv3.WithSerializable())
-		}
-		rctx, cancel := d.request(ctx)
-		resp, err := d.get(rctx, key, opts...)
-		cancel()
-		if err == nil {
-			if len(resp.Kvs) > 0 {
-				a, err := d.decodeAddress(peer, resp.Kvs[0])
-				if err != nil && !waitValid || err == nil && a.life > after {
-					return a, err
+		rev, absent := from, true
+		from = 0
+		if rev == 0 {
+			kv, r, err := d.readKey(ctx, peer, linear)
+			if err == nil {
+				if kv != nil {
+					a, err := d.decodeAddress(peer, kv)
+					if err != nil && !waitValid || err == nil && a.life > after {
+						return a, err
+					}
+					absent = false
+				} else if old, _ := d.oldPeer(peer); old {
+					return address{}, d.oldFormatError(peer)
 				}
+				rev = r
 			}
-			if old, _ := d.oldPeer(peer); old {
-				return address{}, d.oldFormatError(peer)
-			}
-			var found bool
-			var a address
-			a, found, err = d.await(ctx, peer, key, resp.Header.Revision, after, waitValid)
+		}
+		if rev != 0 {
+			a, found, err := d.await(ctx, peer, key, rev, after, waitValid, absent)
 			if found || err != nil {
 				return a, err
 			}
@@ -348,13 +525,19 @@ func (d *Directory) fetchKey(ctx context.Context, peer int, linear bool, after i
 
 // await watches peer's key after revision rev until a put of a valid life
 // newer than after (found), an invalid value (an error, unless waitValid)
-// or an old-format key of the peer (an error), or the watch's end
-// (neither: read again).
-func (d *Directory) await(ctx context.Context, peer int, key string, rev, after int64, waitValid bool) (a address, found bool, err error) {
+// or, if the key was absent at rev, an old-format key of the peer (an
+// error), or the watch's end (neither: read again).
+func (d *Directory) await(ctx context.Context, peer int, key string, rev, after int64, waitValid, absent bool) (a address, found bool, err error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := d.watch(wctx, key, clientv3.WithRev(rev+1), clientv3.WithFilterDelete())
-	_, oldWake := d.oldPeer(peer)
+	old, oldWake := d.oldPeer(peer)
+	switch {
+	case !absent:
+		oldWake = nil // the peer has a key of this format: the old one does not count
+	case old:
+		return address{}, false, d.oldFormatError(peer)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -429,20 +612,55 @@ func (d *Directory) unreachable(peer int, addr string) {
 }
 
 // revive watches peer's key for a life newer than dead, the one reported
-// unreachable: when one appears, the address cache gets it (answering a
-// fetch in flight) and the watchers hear of it. It ends then, or at Close.
+// unreachable: when one appears, it replaces in the address cache any
+// older life held (keepNewer; an Offer answers a fetch in flight), and
+// then the watchers hear of it. It ends then, or at Close.
 func (d *Directory) revive(peer int, dead int64) {
 	defer func() {
 		d.ond.mu.Lock()
 		delete(d.ond.reviving, peer)
 		d.ond.mu.Unlock()
 	}()
-	a, err := d.fetchKey(d.ctx, peer, true, dead, true)
+	a, err := d.fetchKey(d.ctx, peer, true, dead, true, 0)
 	if err != nil {
 		return // Close, or the peer moved to the old key format: nothing will come
 	}
-	d.addrs.Offer(peer, a)
+	d.keepNewer(peer, a)
 	d.newLife(peer, a)
+}
+
+// keepNewer puts a into the address cache unless it holds a's life or a
+// newer one: a newer life replaces an older one (the older is compared
+// and invalidated, then a offered), never the reverse, so that what the
+// watchers are told of next (newLife, which callers call after
+// keepNewer) is what Lookup answers from then on. A life older than one
+// the watchers were told of is not kept: it is over. Offer answers a
+// fetch in flight; a cache that is full (MaxEntries) or closed keeps
+// nothing, and the next ask fetches.
+func (d *Directory) keepNewer(peer int, a address) {
+	for {
+		d.ond.mu.Lock()
+		over := a.life < d.ond.seen[peer]
+		d.ond.mu.Unlock()
+		if over {
+			return
+		}
+		if cur, held := d.addrs.Load(peer); held {
+			if cur.life >= a.life {
+				return
+			}
+			if !d.addrs.CompareAndInvalidate(peer, cur) {
+				continue // replaced or dropped meanwhile: look again
+			}
+		}
+		if d.addrs.Offer(peer, a) {
+			return
+		}
+		if _, held := d.addrs.Load(peer); !held {
+			return // full or closed: nothing to compare with
+		}
+		// A fetch stored a value first: compare with it.
+	}
 }
 
 // newLife tells the watchers of a, if it is a newer life of peer than any

@@ -444,4 +444,201 @@ func TestModeOptions(t *testing.T) {
 	}
 }
 
+// hearing collects what a directory's watcher hears, in order.
+type hearing struct {
+	ch chan string
+}
+
+func listen(t *testing.T, d *etcddir.Directory) *hearing {
+	h := &hearing{ch: make(chan string, 64)}
+	stop := d.Watch(func(peer int, addr string) { h.ch <- fmt.Sprintf("%d=%s", peer, addr) })
+	t.Cleanup(stop)
+	return h
+}
+
+// next returns the next news; the limit only detects a hang.
+func (h *hearing) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case n := <-h.ch:
+		return n
+	case <-time.After(patience):
+		t.Fatalf("no news within %v", patience)
+		return ""
+	}
+}
+
+func (h *hearing) expect(t *testing.T, want string) {
+	t.Helper()
+	if got := h.next(t); got != want {
+		t.Fatalf("the watcher heard %q; want %q", got, want)
+	}
+}
+
+// A newer life replaces an older one in OnDemand's address cache,
+// whichever way the directory learns of it. After Unreachable, a Resolve
+// at once reads the dead process's address again (its lease has not
+// expired); the watch Unreachable started then finds the restart, and
+// from the moment the watcher hears of it, Lookup and Resolve answer it.
+// Prefetch likewise: the newer life it tells the watchers of is the one
+// Lookup answers when Prefetch returns.
+func TestNewerLifeReplacesTheOlderInTheCache(t *testing.T) {
+	s := server(t)
+	d := open(t, client(t, s.URL()), onDemand)
+	h := listen(t, d)
+
+	dead := open(t, client(t, s.URL()), onDemand)
+	if err := dead.Publish(1, "127.0.0.1:7001"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.Resolve(request(t), 1); err != nil || got != "127.0.0.1:7001" {
+		t.Fatalf("Resolve(1) = %q, %v", got, err)
+	}
+	h.expect(t, "1=127.0.0.1:7001")
+	d.Unreachable(1, "127.0.0.1:7001")
+	if got, err := d.Resolve(request(t), 1); err != nil || got != "127.0.0.1:7001" {
+		t.Fatalf("Resolve(1) right after Unreachable, the dead process's lease alive = %q, %v; want its address read again", got, err)
+	}
+	restarted := open(t, client(t, s.URL()), onDemand)
+	if err := restarted.Publish(1, "127.0.0.1:7101"); err != nil {
+		t.Fatal(err)
+	}
+	h.expect(t, "1=127.0.0.1:7101")
+	if got, err := d.Lookup(1); err != nil || got != "127.0.0.1:7101" {
+		t.Fatalf("Lookup(1) once the watcher heard of the restart = %q, %v; want the restarted process's address", got, err)
+	}
+	if got, err := d.Resolve(request(t), 1); err != nil || got != "127.0.0.1:7101" {
+		t.Fatalf("Resolve(1) once the watcher heard of the restart = %q, %v; want the restarted process's address", got, err)
+	}
+
+	if err := dead.Publish(2, "127.0.0.1:7002"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.Resolve(request(t), 2); err != nil || got != "127.0.0.1:7002" {
+		t.Fatalf("Resolve(2) = %q, %v", got, err)
+	}
+	h.expect(t, "2=127.0.0.1:7002")
+	if err := restarted.Publish(2, "127.0.0.1:7102"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Prefetch(request(t), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.Lookup(2); err != nil || got != "127.0.0.1:7102" {
+		t.Fatalf("Lookup(2) after a Prefetch that read a newer life = %q, %v; want the newer life's address", got, err)
+	}
+	h.expect(t, "2=127.0.0.1:7102")
+}
+
+// With MaxEntries, a peer that has not published takes no room while it
+// is waited for: Resolve of a published peer answers while Resolves of
+// two unpublished ones wait, with room for one address, and so does the
+// Lookup of another, through its background fetch.
+func TestWaitForAnUnpublishedPeerTakesNoRoom(t *testing.T) {
+	s := server(t)
+	pub := open(t, client(t, s.URL()), onDemand)
+	for _, p := range []int{2, 3} {
+		if err := pub.Publish(p, fmt.Sprintf("127.0.0.1:%d", 7000+p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := open(t, client(t, s.URL()), func(o *etcddir.Options) { o.Mode, o.MaxEntries = etcddir.OnDemand, 1 })
+	type result struct {
+		peer int
+		addr string
+		err  error
+	}
+	waits := make(chan result, 2)
+	for _, p := range []int{0, 1} {
+		go func() {
+			addr, err := d.Resolve(context.Background(), p)
+			waits <- result{p, addr, err}
+		}()
+	}
+	// The guard's watch, and at least one wait's.
+	eventually(t, "both Resolves wait", func() bool { c := d.Counters(); return c.Resolves == 2 && c.Watches >= 2 })
+	if got, err := d.Resolve(request(t), 3); err != nil || got != "127.0.0.1:7003" {
+		t.Fatalf("Resolve(3) of a published peer while two unpublished are waited for = %q, %v; want its address", got, err)
+	}
+	if got, err := d.Lookup(3); err != nil || got != "127.0.0.1:7003" {
+		t.Fatalf("Lookup(3) after its Resolve = %q, %v", got, err)
+	}
+	eventually(t, "Lookup(2) of a published peer finds it while two unpublished are waited for", lookupIs(d, 2, "127.0.0.1:7002"))
+	for _, p := range []int{0, 1} {
+		if err := pub.Publish(p, fmt.Sprintf("127.0.0.1:%d", 7000+p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		r := <-waits
+		if want := fmt.Sprintf("127.0.0.1:%d", 7000+r.peer); r.err != nil || r.addr != want {
+			t.Errorf("Resolve(%d) waiting for its publication = %q, %v; want %q", r.peer, r.addr, r.err, want)
+		}
+	}
+	if c := d.Counters().Cached; c > 1 {
+		t.Errorf("the directory holds %d addresses; want at most MaxEntries, 1", c)
+	}
+}
+
+// In OnDemand mode, a transport that only calls Lookup learns what is
+// wrong with a garbled value: once the fetch that Lookup starts has read
+// it, Lookup answers the error Resolve gives, not "not published".
+func TestLookupOfAGarbledValueSaysWhatIsWrong(t *testing.T) {
+	s := server(t)
+	tc := client(t, s.URL())
+	prefix := "/test/" + t.Name() + "/"
+	for peer, v := range map[int]string{1: "epcache-life=x 127.0.0.1:7001", 2: ""} {
+		if _, err := tc.Put(request(t), etcddir.Key(prefix, peer), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := open(t, client(t, s.URL()), onDemand)
+	for _, p := range []int{1, 2} {
+		var last error
+		eventually(t, fmt.Sprintf("Lookup(%d) says what is wrong", p), func() bool {
+			_, last = d.Lookup(p)
+			return last != nil && !errors.Is(last, directory.ErrNotPublished)
+		})
+		t.Logf("Lookup(%d): %v", p, last)
+		_, rerr := d.Resolve(request(t), p)
+		if rerr == nil || rerr.Error() != last.Error() {
+			t.Errorf("peer %d: Lookup says %v, Resolve %v; want one answer", p, last, rerr)
+		}
+		if !strings.Contains(last.Error(), fmt.Sprintf("peer %d", p)) {
+			t.Errorf("Lookup(%d): %v; want an error naming the peer", p, last)
+		}
+	}
+}
+
+// A peer with keys of both formats (its process of format v2 beside a key
+// of the old format, left by a process of an older etcddir) is answered
+// with its key of format v2, by Lookup and Resolve in both modes, and
+// Lookup before any Resolve says nothing else; Malformed counts the old
+// key.
+func TestPeerWithKeysOfBothFormatsIsAnsweredByItsV2Key(t *testing.T) {
+	s := server(t)
+	tc := client(t, s.URL())
+	prefix := "/test/" + t.Name() + "/"
+	if _, err := tc.Put(request(t), prefix+"1", "127.0.0.1:9001"); err != nil {
+		t.Fatal(err)
+	}
+	pub := open(t, client(t, s.URL()), onDemand)
+	if err := pub.Publish(1, "127.0.0.1:7001"); err != nil {
+		t.Fatal(err)
+	}
+	forModes(t, func(t *testing.T, mode etcddir.Mode) {
+		d := open(t, client(t, s.URL()), func(o *etcddir.Options) { o.Mode, o.Prefix = mode, prefix })
+		if _, err := d.Lookup(1); err != nil && !errors.Is(err, directory.ErrNotPublished) {
+			t.Fatalf("Lookup(1) before any Resolve: %v; want the v2 key's address, or not yet", err)
+		}
+		eventually(t, "Lookup(1) answers the v2 key's address", lookupIs(d, 1, "127.0.0.1:7001"))
+		if got, err := d.Resolve(request(t), 1); err != nil || got != "127.0.0.1:7001" {
+			t.Fatalf("Resolve(1) = %q, %v; want the v2 key's address", got, err)
+		}
+		if got := d.Malformed(); got != 1 {
+			t.Errorf("Malformed() = %d; want 1, the old key", got)
+		}
+	})
+}
+
 var _ clientv3.KV = (*countingKV)(nil)
