@@ -47,8 +47,8 @@ import (
 // (procPin) on the fast path only when its hint differs from the ticket's,
 // so a value leased by one goroutine after another pays for it, and one
 // leased again and again by the same goroutine does not; two goroutines
-// that share a hint (one pair in 128) and take turns, never leasing at
-// once, are not told apart. After growAfter such leases, at GOMAXPROCS above 1,
+// that share a hint (see stackHint: stacks in one 8 KiB block, or one pair
+// in 128) are not told apart. After growAfter such leases, at GOMAXPROCS above 1,
 // the table grows lines of their own: linesPerP 128-byte lines of eight
 // tickets for each P (GOMAXPROCS at the growth, at most maxLines lines in
 // all: beyond 16 Ps, Ps share lines). A lease then takes a ticket on the
@@ -338,11 +338,17 @@ func takeLine(l *[leaseTickets]atomic.Uint64, hint, pb uint64) (t Ticket, ok, go
 
 // stackHint returns the ticket hint of the calling goroutine: seven bits
 // of a multiplicative hash of the 8 KiB block of its stack that a variable
-// of the caller is in (a stack is 8 KiB and up), the same from one lease
-// to the next while its stack stays where it is, never 0. The hash, not
-// the address's own bits, so that two stacks a power of two apart (stacks
-// are carved from spans side by side) share a hint one time in 128 and no
-// more often. A hint only decides whether a lease reads its P.
+// of the caller is in, the same from one lease to the next while its stack
+// stays where it is, and from one call depth to another within the block,
+// never 0. The block is coarse so that one goroutine's nested leases,
+// taken a few frames apart, have one hint; the price is that goroutines
+// whose stacks lie in one block share it (a new goroutine's stack is
+// 2 KiB: four can), as do, one time in 128, goroutines whose stacks do
+// not. The hash, not the address's own bits, so that two stacks a power of
+// two apart (stacks are carved from spans side by side) share a hint no
+// more often than that. A hint only decides whether a lease reads its P:
+// two goroutines that share one are not told apart, and their leases
+// grow no lines between them.
 //
 // Safety: the address is used as a number only, never dereferenced.
 func stackHint[W ~uint64](anchor *byte) W {

@@ -215,13 +215,36 @@ func TestLeaseAbandonRace(t *testing.T) {
 func TestLeaseLinesGrowWithContention(t *testing.T) {
 	atProcs(t, 2)
 	tb, s := readySlot(t)
+	mine, ok := s.Lease(nil)
+	require.True(t, ok)
+	_, err := s.EndLease(mine)
+	require.NoError(t, err)
+	myHint, _ := shard.Hint(mine)
 	var held shard.Ticket
-	holder := onOtherP(t, func() {
-		var ok bool
-		held, ok = s.Lease(nil) // the first ticket, held throughout
-		require.True(t, ok)
-	})
-	defer holder()
+	var holder func()
+	// hold has another goroutine take the first ticket, and hold it, from
+	// a depth of its stack at which its hint is not this goroutine's
+	// (goroutines may share one: see stackHint).
+	hold := func() {
+		for depth := 0; ; depth += 2 << 10 {
+			require.Less(t, depth, 64<<10, "no depth at which the holder's hint differs")
+			holder = onOtherP(t, func() {
+				atDepth(depth, func() {
+					var ok bool
+					held, ok = s.Lease(nil)
+					require.True(t, ok)
+				})
+			})
+			if h, _ := shard.Hint(held); h != myHint {
+				return
+			}
+			_, err := s.EndLease(held)
+			require.NoError(t, err)
+			holder()
+		}
+	}
+	hold()
+	defer func() { holder() }()
 	for range shard.GrowAfter - 1 {
 		tk, ok := s.Lease(nil)
 		require.True(t, ok)
@@ -233,8 +256,16 @@ func TestLeaseLinesGrowWithContention(t *testing.T) {
 	var tk shard.Ticket
 	for n := 0; shard.LeaseLines(s) == 0; n++ {
 		// The GrowAfter-th, unless the scheduler moved this goroutine to
-		// the holder's P meanwhile: a hang only if it stays there.
+		// the P the holder's ticket records (and the holder off it):
+		// then the holder takes the ticket again, on the P it runs on.
 		require.Less(t, n, 100000, "no lines grown while another P holds the first ticket")
+		if _, p := shard.Hint(held); int(p) == shard.PID() {
+			_, err := s.EndLease(held)
+			require.NoError(t, err)
+			holder()
+			hold()
+			continue
+		}
 		var ok bool
 		tk, ok = s.Lease(nil)
 		require.True(t, ok)
@@ -247,7 +278,7 @@ func TestLeaseLinesGrowWithContention(t *testing.T) {
 	assert.GreaterOrEqual(t, lines, 8, "lines grown: four for each of two Ps")
 	assert.LessOrEqual(t, lines, 64)
 	assert.True(t, shard.OnLine(s, tk), "a lease after the growth takes a ticket on a line")
-	_, err := s.EndLease(tk)
+	_, err = s.EndLease(tk)
 	require.NoError(t, err)
 	_, err = s.EndLease(tk)
 	assert.ErrorIs(t, err, shard.ErrLeaseEnded, "a line's ticket ended twice")
@@ -315,27 +346,89 @@ func onOtherP(t *testing.T, f func()) (stop func()) {
 // other, until step returns false. Each spins while it waits for its turn,
 // so that both hold a P throughout: at GOMAXPROCS 2 or more they run on
 // two Ps, as two goroutines leasing one value from two cores do.
+//
+// Two goroutines share a ticket hint one time in 128 (stackHint), and are
+// then not told apart: see takeTurnsTold.
 func takeTurns(step func(turn int) bool) {
+	takeTurnsApart(0, step)
+}
+
+// takeTurnsApart is takeTurns with the second goroutine's steps run depth
+// bytes further down its stack, which gives its leases another hint.
+func takeTurnsApart(depth int, step func(turn int) bool) {
 	var turn atomic.Int64
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for i := range 2 {
 		wg.Go(func() {
-			for n := int64(i); ; n += 2 {
-				for turn.Load() != n {
-					if stop.Load() {
+			atDepth(i*depth, func() {
+				for n := int64(i); ; n += 2 {
+					for turn.Load() != n {
+						if stop.Load() {
+							return
+						}
+					}
+					if stop.Load() || !step(int(n)) {
+						stop.Store(true)
 						return
 					}
+					turn.Add(1)
 				}
-				if stop.Load() || !step(int(n)) {
-					stop.Store(true)
-					return
-				}
-				turn.Add(1)
-			}
+			})
 		})
 	}
 	wg.Wait()
+}
+
+// leaseAndEnd returns a lease func for takeTurnsTold: the table's Acquire
+// of key 1, whose slot is s, and the lease's end.
+func leaseAndEnd(t *testing.T, tb *shard.Table[int, int], s *shard.Slot[int, int]) func() (shard.Ticket, bool) {
+	return func() (shard.Ticket, bool) {
+		got, tk, ok := tb.Lease(1)
+		if !ok || got != s {
+			t.Error("no lease of a ready value")
+			return tk, false
+		}
+		if _, err := s.EndLease(tk); err != nil {
+			t.Error(err)
+			return tk, false
+		}
+		return tk, true
+	}
+}
+
+// takeTurnsTold is takeTurns with two goroutines whose hints differ, as
+// they do but one time in 128: a pair found to share one (first is called
+// with the tickets of turns 0 and 1) is replaced by a pair whose second
+// goroutine leases from further down its stack. lease takes and ends the
+// step's lease and returns its ticket; step, the rest of the step.
+func takeTurnsTold(t *testing.T, lease func() (shard.Ticket, bool), step func(turn int) bool) {
+	t.Helper()
+	for depth := 0; ; depth += 2 << 10 {
+		require.Less(t, depth, 64<<10, "no pair of goroutines with hints of their own")
+		var first [2]uint64
+		shared := false
+		takeTurnsApart(depth, func(turn int) bool {
+			if !step(turn) {
+				return false
+			}
+			tk, ok := lease()
+			if !ok {
+				return false
+			}
+			if turn < 2 {
+				first[turn], _ = shard.Hint(tk)
+			}
+			if turn == 1 && first[0] == first[1] {
+				shared = true
+				return false
+			}
+			return true
+		})
+		if !shared {
+			return
+		}
+	}
 }
 
 // A value leased by one goroutine after another, never two at once, also
@@ -347,24 +440,12 @@ func TestLeaseLinesGrowWhenLeasesMove(t *testing.T) {
 	atProcs(t, 2)
 	tb, s := readySlot(t)
 	grown := -1
-	takeTurns(func(turn int) bool {
+	takeTurnsTold(t, leaseAndEnd(t, tb, s), func(turn int) bool {
 		if shard.LeaseLines(s) > 0 {
 			grown = turn
 			return false
 		}
-		if turn > 100000 {
-			return false // a hang: the check below fails
-		}
-		got, tk, ok := tb.Lease(1)
-		if !ok || got != s {
-			t.Error("no lease of a ready value")
-			return false
-		}
-		if _, err := s.EndLease(tk); err != nil {
-			t.Error(err)
-			return false
-		}
-		return true
+		return turn <= 100000 // beyond, a hang: the check below fails
 	})
 	require.GreaterOrEqual(t, grown, shard.GrowAfter, "lines grown after %d leases, before GrowAfter moves", grown)
 	assert.Zero(t, s.Leased())
@@ -483,20 +564,11 @@ func TestLeaseLinesGrowAfterGOMAXPROCSRises(t *testing.T) {
 
 	runtime.GOMAXPROCS(4)
 	moves := 0
-	takeTurns(func(turn int) bool {
+	takeTurnsTold(t, leaseAndEnd(t, tb, s), func(turn int) bool {
 		if shard.LeaseLines(s) > 0 || turn > 100000 {
 			return false
 		}
 		moves++
-		_, tk, ok := tb.Lease(1)
-		if !ok {
-			t.Error("no lease of a ready value")
-			return false
-		}
-		if _, err := s.EndLease(tk); err != nil {
-			t.Error(err)
-			return false
-		}
 		return true
 	})
 	assert.NotZero(t, shard.LeaseLines(s), "no lines grown after %d moves between two Ps at GOMAXPROCS 4", moves)
