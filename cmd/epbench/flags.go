@@ -140,6 +140,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			fmt.Fprint(stderr, usageHead)
 			fs.SetOutput(stderr)
 			fs.PrintDefaults()
+			fmt.Fprintln(stderr)
+			writeLegend(stderr)
 			return o, err
 		}
 		return o, usageError{err}
