@@ -2,8 +2,10 @@
 // comparators of package bench, and prints throughput, latency and the
 // exactly-once ledger for each run.
 //
-// With no flags it runs the default suite (about a minute on two cores) and
-// prints a table. -h lists every flag.
+// With no flags it runs the default suite (about a minute and a half on two
+// cores) and prints each workload's table as it ends; on stderr, a progress
+// bar on a terminal, else a line per workload. -h lists every flag and
+// explains every column.
 package main
 
 import (
