@@ -102,7 +102,7 @@ bench-smoke: ## every benchmark once, so that none rots
 	$(GO) test -run '^$$' -bench . -benchtime 1x $(PKGS)
 
 .PHONY: bench
-bench: ## the main job: epbench's default suite, every workload and comparator (about a minute)
+bench: ## the main job: epbench's default suite, every workload and comparator, each table as its workload ends (about a minute and a half on two cores)
 	$(GO) run ./cmd/epbench
 
 HITCOUNT    ?= 10

@@ -44,10 +44,12 @@ const usageHead = `epbench runs endpoint-cache workloads against epcache and its
 Usage:
   epbench [flags]
 
-With no flags, the default suite runs (about a minute on two cores) and a
-table is printed. Flags that name workloads, implementations or sizes build a
-custom suite instead: every combination of the lists given runs once per
--count. Lists are comma-separated.
+With no flags, the default suite runs (about a minute and a half on two
+cores) and each workload's table is printed as the workload ends; on stderr,
+a progress bar on a terminal, else a line per workload with the time elapsed
+and the time left. Flags that name workloads, implementations or sizes build
+a custom suite instead: every combination of the lists given runs once per
+-count. Lists are comma-separated. The columns are explained at the end.
 
 Workloads:
   hit     every peer ready, 100% Get (uint64 or string keys, uniform or zipf)
@@ -74,7 +76,6 @@ Suites (-suite):
   default  hit, storm, churn (cost none, 1% and 5%, and 5% with -ctx cancel),
            flaky, mixed and lease (1% invalidated) at 1,024 peers, hotset
            (cap 1,000 of 100,000 peers), tcpstorm at 32 with rtt 0 and 1ms
-           (about a minute and a half)
   quick    the default suite with shorter runs (about 30 s)
   full     adds zipf access, 1,000,000 peers, a heavy-tailed creation cost
            (lognormal:500us:1.5), tcpstorm at rtt 5ms and 20ms and with
@@ -140,6 +141,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			fmt.Fprint(stderr, usageHead)
 			fs.SetOutput(stderr)
 			fs.PrintDefaults()
+			fmt.Fprintln(stderr)
+			writeLegend(stderr)
 			return o, err
 		}
 		return o, usageError{err}

@@ -2,8 +2,10 @@
 // comparators of package bench, and prints throughput, latency and the
 // exactly-once ledger for each run.
 //
-// With no flags it runs the default suite (about a minute on two cores) and
-// prints a table. -h lists every flag.
+// With no flags it runs the default suite (about a minute and a half on two
+// cores) and prints each workload's table as it ends; on stderr, a progress
+// bar on a terminal, else a line per workload. -h lists every flag and
+// explains every column.
 package main
 
 import (
@@ -103,7 +105,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	results, err := runAll(ctx, specs, o.count, stderr, debug)
+	// The table format streams: each group's table as its last run ends.
+	// The others are written once every run has ended.
+	var tables *tableStream
+	if o.format == "table" {
+		tables = &tableStream{w: stdout}
+	}
+	results, err := runAll(ctx, specs, o.count, stderr, debug, tables)
 	if perr := stopProfiles(); err == nil {
 		err = perr
 	}
@@ -122,11 +130,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				for i := range again {
 					again[i].Seed += uint64(o.count) // seeds the first runs did not use
 				}
-				more, err := runAll(ctx, again, o.recheck, stderr, debug)
+				more, err := runAll(ctx, again, o.recheck, stderr, debug, nil)
 				if err != nil {
 					return err
 				}
 				results = append(results, more...)
+				if tables != nil {
+					writeRechecked(tables, results, again)
+				}
 				info.comparison, info.compareErr = loadComparison(o.compare, results, o.margin)
 				if info.comparison != nil {
 					info.comparison.rechecks = o.recheck
@@ -134,7 +145,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	if err := write(stdout, o.format, results); err != nil {
+	if tables != nil {
+		err = tables.end()
+	} else {
+		err = write(stdout, o.format, results)
+	}
+	if err != nil {
 		return err
 	}
 	if o.out != "" {
@@ -163,10 +179,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// runAll runs every spec count times, with a progress bar on stderr when it
-// is a terminal, and the caches of each on debug's page (if not nil).
-// Comparators that cannot serve a spec's keys are skipped.
-func runAll(ctx context.Context, specs []bench.Spec, count int, stderr io.Writer, debug *debugServer) ([]bench.Result, error) {
+// runAll runs every spec count times, and the caches of each on debug's
+// page (if not nil). Comparators that cannot serve a spec's keys are
+// skipped. On stderr, a progress bar when it is a terminal, else a line as
+// each workload completes (see progressLine); tables, if not nil, gets each
+// group's table as the group's last run ends.
+func runAll(ctx context.Context, specs []bench.Spec, count int, stderr io.Writer, debug *debugServer, tables *tableStream) ([]bench.Result, error) {
 	total := len(specs) * count
 	visible := false
 	if f, ok := stderr.(*os.File); ok {
@@ -181,6 +199,8 @@ func runAll(ctx context.Context, specs []bench.Spec, count int, stderr io.Writer
 		progressbar.OptionSetWidth(30),
 	)
 	defer bar.Close()
+	t := newTracker(specs, count)
+	start := time.Now()
 	var results []bench.Result
 	for i := range count {
 		for _, s := range specs {
@@ -189,19 +209,46 @@ func runAll(ctx context.Context, specs []bench.Spec, count int, stderr io.Writer
 			debug.begin(s)
 			r, err := bench.Run(ctx, s)
 			bar.Add(1)
-			switch {
-			case errors.Is(err, bench.ErrUnsupported):
-				continue
-			case err != nil:
+			ran := !errors.Is(err, bench.ErrUnsupported)
+			if err != nil && ran {
 				return nil, err
 			}
-			results = append(results, r)
-			if ctx.Err() != nil {
+			if ran {
+				results = append(results, r)
+			}
+			workloadDone, table := t.done(i, s, r, ran)
+			if table != nil && tables != nil {
+				if visible {
+					bar.Clear() // the table may go to the same terminal
+				}
+				tables.table(*table)
+			}
+			if workloadDone && !visible {
+				fmt.Fprint(stderr, progressLine(t, i, s, time.Since(start)))
+			}
+			if ran && ctx.Err() != nil {
 				return results, ctx.Err()
 			}
 		}
 	}
 	return results, nil
+}
+
+// writeRechecked writes the tables of the groups that -recheck ran again,
+// with every run, after a line that says so.
+func writeRechecked(tables *tableStream, results []bench.Result, again []bench.Spec) {
+	keys := map[string]bool{}
+	for _, s := range again {
+		keys[groupKey(s)] = true
+	}
+	if tables.err == nil {
+		_, tables.err = fmt.Fprintf(tables.w, "\nRun again (-recheck), every run of each:\n")
+	}
+	for _, g := range groups(results) {
+		if keys[groupKey(g.spec)] {
+			tables.table(g)
+		}
+	}
 }
 
 // writeDir writes the results into dir in every format, the charts as SVG

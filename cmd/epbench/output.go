@@ -57,99 +57,62 @@ func groups(results []bench.Result) []group {
 // ns/op otherwise. Smaller is better.
 func headline(r bench.Result) float64 { return r.NsPerOp }
 
+// writeTable writes every group's table, between the line that says where
+// the columns are explained and the legend itself.
 func writeTable(w io.Writer, results []bench.Result) error {
+	if _, err := fmt.Fprintln(w, legendPointer); err != nil {
+		return err
+	}
 	for _, g := range groups(results) {
-		s := g.spec
-		s.Impl = "*"
-		title := strings.Replace(s.Name(), "/impl=*", "", 1)
-		cost := "  cost=" + s.Cost
-		if s.IsMesh() || !s.MeasuresCreation() {
-			cost = "" // real endpoints have their own cost, reported as "create"; a hit creates nothing
-		}
-		fmt.Fprintf(w, "\n%s  GOMAXPROCS=%d%s\n", title, s.Procs, cost)
-		if s.Workload == "hotset" {
-			if err := writeHotset(w, g); err != nil {
-				return err
-			}
-			continue
-		}
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		storm := s.IsStorm()
-		first := "ns/op"
-		if storm {
-			first = "complete"
-		}
-		fmt.Fprintln(tw, "impl\tops/s\t"+first+"\t×epcache\tp50\tp99\tp99.9\tmax\tallocs/op\tB/entry\tcreates\tdup\tleaked\toverlap\tcreate\t status")
-		// With -count, a group holds every run of each implementation:
-		// ×epcache is over the median of epcache's.
-		var eps []float64
-		for _, r := range g.results {
-			if r.Impl == "epcache" {
-				eps = append(eps, headline(r))
-			}
-		}
-		ref := median(eps)
-		for _, r := range g.results {
-			ratio := "-"
-			if ref > 0 {
-				ratio = fmt.Sprintf("%.2f", headline(r)/ref)
-			}
-			main := fmt.Sprintf("%.2f", r.NsPerOp)
-			if storm {
-				main = dur(r.Completion)
-			}
-			bpe := "-"
-			if r.BytesPerEntry != 0 {
-				bpe = fmt.Sprintf("%.0f", r.BytesPerEntry)
-			}
-			status := " ok"
-			if r.Failure != "" {
-				status = " FAIL: " + r.Failure
-			}
-			if r.FDsBefore > 0 {
-				status += fmt.Sprintf(" (fds %d→%d)", r.FDsBefore, r.FDsAfter)
-			}
-			create := "-" // nothing was created while the run measured
-			if s.MeasuresCreation() {
-				create = dur(r.MeanCreate)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n",
-				r.Impl, si(r.OpsPerSec), main, ratio, dur(r.P50), dur(r.P99), dur(r.P999), dur(r.Max),
-				r.AllocsPerOp, bpe, r.Creates, r.Duplicates, r.Leaked, r.Overlap, create, status)
-		}
-		if err := tw.Flush(); err != nil {
+		if err := writeGroup(w, g); err != nil {
 			return err
 		}
 	}
-	_, err := fmt.Fprintln(w, "\nlatency: every Get timed in storm, flaky and hotset; one Get in 64 in hit, churn and mixed. create: measured mean cost of one creation attempt while measuring (-: none).")
-	return err
+	return writeLegendAfterTables(w)
 }
 
-// writeHotset writes a hotset group's rows: besides speed, the hit ratio,
-// the peak of live endpoints (creations included) and how far it went past
-// the cap, and the releases that came while the endpoint was in use.
-func writeHotset(w io.Writer, g group) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "impl\tops/s\tns/op\t×epcache\tp50\tp99\tp99.9\tmax\thit ratio\tcreates\tpeak live\tovershoot\tin-use releases\tleaked\toverlap\tcreate\t status")
+// writeLegendAfterTables ends the table format: the legend, after a blank
+// line.
+func writeLegendAfterTables(w io.Writer) error {
+	if _, err := fmt.Fprintln(w); err != nil {
+		return err
+	}
+	return writeLegend(w)
+}
+
+// writeGroup writes one group's table: its title line, then a row per
+// result, in the columns of its kind of workload.
+func writeGroup(w io.Writer, g group) error {
+	s := g.spec
+	s.Impl = "*"
+	title := strings.Replace(s.Name(), "/impl=*", "", 1)
+	cost := "  cost=" + s.Cost
+	if s.IsMesh() || !s.MeasuresCreation() {
+		cost = "" // real endpoints have their own cost, reported as "create"; a hit creates nothing
+	}
+	fmt.Fprintf(w, "\n%s  GOMAXPROCS=%d%s\n", title, s.Procs, cost)
+	cols := columnsOf(s)
+	// With -count, a group holds every run of each implementation:
+	// ×epcache is over the median of epcache's.
 	var eps []float64
 	for _, r := range g.results {
 		if r.Impl == "epcache" {
 			eps = append(eps, headline(r))
 		}
 	}
-	ref := median(eps)
+	t := tableInfo{spec: g.spec, ref: median(eps)}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	cells := make([]string, len(cols))
+	for i, c := range cols {
+		cells[i] = c.head
+	}
+	cells[len(cells)-1] = " " + cells[len(cells)-1] // the status column is left-aligned
+	fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	for _, r := range g.results {
-		ratio := "-"
-		if ref > 0 {
-			ratio = fmt.Sprintf("%.2f", headline(r)/ref)
+		for i, c := range cols {
+			cells[i] = c.cell(r, t)
 		}
-		status := " ok"
-		if r.Failure != "" {
-			status = " FAIL: " + r.Failure
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.2f%%\t%d\t%d\t%+d\t%d\t%d\t%d\t%s\t%s\n",
-			r.Impl, si(r.OpsPerSec), r.NsPerOp, ratio, dur(r.P50), dur(r.P99), dur(r.P999), dur(r.Max),
-			100*r.HitRatio, r.Creates, r.PeakLive, r.Overshoot(), r.ReleasedInUse, r.Leaked, r.Overlap, dur(r.MeanCreate), status)
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	return tw.Flush()
 }

@@ -40,6 +40,7 @@ func TestHeadlines(t *testing.T) {
 		"| storm: 1,024 peers, 64 goroutines, dial 1ms | until every goroutine has every peer | 20.0 ms | mutex 1.00 s | 0.02 |",
 		"| lease: one hot peer, GOMAXPROCS 1 | per Acquire, use, Release | 16.0 ns | pool 30.0 ns | 0.53 |",
 		"| lease: one hot peer, GOMAXPROCS 2 | per Acquire, use, Release | 9.0 ns | xsync4rc 12.0 ns | 0.75 |",
+		"| 1.33 | `go run ./cmd/epbench -workload hit -keys uint64 -cost none -count 5` |",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("headlines lack %q:\n%s", want, doc)

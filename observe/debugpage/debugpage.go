@@ -3,12 +3,10 @@ package debugpage
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/epcache/epcache/epcache"
 	"github.com/epcache/epcache/internal/registry"
-	"github.com/epcache/epcache/transport/tcp"
 )
 
 // Errors of registration, for errors.Is.
@@ -17,10 +15,10 @@ var (
 	ErrBadName = errors.New("debugpage: a source's name must be non-empty UTF-8")
 	// ErrNameTaken: another source has the name.
 	ErrNameTaken = errors.New("debugpage: name already registered")
-	// ErrAlreadyAdded: the cache (or tcp peer) is registered under another
+	// ErrAlreadyAdded: the cache (or source) is registered under another
 	// name.
 	ErrAlreadyAdded = errors.New("debugpage: already registered")
-	// ErrNil: the handler, cache, peer or function is nil.
+	// ErrNil: the handler, cache, source or function is nil.
 	ErrNil = errors.New("debugpage: nil")
 )
 
@@ -79,20 +77,44 @@ func (h *Handler) AddStats(name string, stats func() epcache.Stats) error {
 	return h.add(&source{name: name, stats: stats})
 }
 
-// AddTCP registers the tcp peer p under name: the page shows its
-// transport's counters (every number in tcp.Stats, and Open) and its
-// endpoint cache's totals. Errors as for [Add]; p registered twice is
-// [ErrAlreadyAdded].
-func (h *Handler) AddTCP(name string, p *tcp.Peer) error {
-	if p == nil {
-		return fmt.Errorf("%w tcp peer for %q", ErrNil, name)
+// Source is what the page shows of something whose peers it cannot walk,
+// such as a transport: the totals of the endpoint cache behind it, and
+// figures of its own by name. transport/tcp's Peer.DebugSource is one;
+// this package imports no transport, so that a program serving the page
+// links only the transports it uses.
+type Source interface {
+	// CacheStats returns the endpoint cache's totals.
+	CacheStats() epcache.Stats
+	// Counters returns the source's own figures by name.
+	Counters() map[string]float64
+}
+
+// AddSource registers s under name: the page shows the totals and the
+// figures it returns, sorted by name. Both methods are called once per
+// request; a panic in either is shown as the source's error. Errors as
+// for [Add]; s registered twice (compared with ==, when its type is
+// comparable) is [ErrAlreadyAdded].
+func (h *Handler) AddSource(name string, s Source) error {
+	if s == nil {
+		return fmt.Errorf("%w source for %q", ErrNil, name)
 	}
-	return h.add(&source{
-		name:     name,
-		owner:    p,
-		stats:    func() epcache.Stats { return p.Stats().Cache },
-		counters: func() map[string]float64 { return tcpCounters(p.Stats()) },
-	})
+	var owner any
+	if hashable(s) {
+		owner = s
+	}
+	return h.add(&source{name: name, owner: owner, stats: s.CacheStats, counters: s.Counters})
+}
+
+// hashable reports whether v can be a map key: not a slice, map or func,
+// nor a struct or array that holds one, directly or in an interface.
+func hashable(v any) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	_ = map[any]bool{v: true}
+	return true
 }
 
 // AddCounters registers counters under name: the page shows the figures
@@ -116,34 +138,4 @@ func (h *Handler) add(s *source) error {
 		return fmt.Errorf("%w Handler: make one with debugpage.New", ErrNil)
 	}
 	return h.sources.Add(s.name, s.owner, s, errs)
-}
-
-// tcpCounters returns every number of st but the cache's (shown as its
-// totals), by field name, and Open. By reflection, so that a counter added
-// to tcp.Stats shows without a change here.
-func tcpCounters(st tcp.Stats) map[string]float64 {
-	m := numericFields(reflect.ValueOf(st))
-	m["Open"] = float64(st.Open())
-	return m
-}
-
-// numericFields returns the exported integer and float fields of the
-// struct v by name.
-func numericFields(v reflect.Value) map[string]float64 {
-	m := map[string]float64{}
-	for i := range v.NumField() {
-		f := v.Type().Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		switch x := v.Field(i); x.Kind() {
-		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-			m[f.Name] = float64(x.Int())
-		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-			m[f.Name] = float64(x.Uint())
-		case reflect.Float32, reflect.Float64:
-			m[f.Name] = x.Float()
-		}
-	}
-	return m
 }

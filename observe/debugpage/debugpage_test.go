@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"reflect"
+	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -15,8 +16,6 @@ import (
 
 	"github.com/epcache/epcache/epcache"
 	"github.com/epcache/epcache/observe/debugpage"
-	"github.com/epcache/epcache/transport/directory"
-	"github.com/epcache/epcache/transport/tcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -416,7 +415,7 @@ func TestRegistrationRefusesBadInput(t *testing.T) {
 	assert.ErrorIs(t, debugpage.Add[int, int](h, "c", nil), debugpage.ErrNil)
 	assert.ErrorIs(t, h.AddStats("s", nil), debugpage.ErrNil)
 	assert.ErrorIs(t, h.AddCounters("s", nil), debugpage.ErrNil)
-	assert.ErrorIs(t, h.AddTCP("s", nil), debugpage.ErrNil)
+	assert.ErrorIs(t, h.AddSource("s", nil), debugpage.ErrNil)
 	assert.ErrorIs(t, debugpage.Add(h, "", c), debugpage.ErrBadName)
 	assert.ErrorIs(t, h.AddStats("\xff", statsOf), debugpage.ErrBadName)
 	var nilHandler *debugpage.Handler
@@ -598,49 +597,58 @@ func TestPageUnderConcurrentUse(t *testing.T) {
 	wg.Wait()
 }
 
-// A tcp peer shows every number of its tcp.Stats, and Open, as counters,
-// and its endpoint cache's totals; registering it twice is refused.
-func TestTCPPeerShowsItsCountersAndCache(t *testing.T) {
-	dir, err := directory.New(directory.Options{Size: 2})
-	require.NoError(t, err)
-	cfg := tcp.Config{Directory: dir, CreateTimeout: hang, HandshakeTimeout: hang}
-	a, err := tcp.Listen(cfg)
-	require.NoError(t, err)
-	defer a.Close()
-	cfg.ID = 1
-	b, err := tcp.Listen(cfg)
-	require.NoError(t, err)
-	defer b.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), hang)
-	defer cancel()
-	require.NoError(t, a.Send(ctx, 1, []byte("ping")))
-	_, err = b.Recv(ctx)
-	require.NoError(t, err)
+// transport is a Source: a transport's totals and counters of its own.
+// A pointer, so that registering it twice is refused.
+type transport struct{ dialed float64 }
 
+func (tr *transport) CacheStats() epcache.Stats { return epcache.Stats{Creates: 1} }
+func (tr *transport) Counters() map[string]float64 {
+	return map[string]float64{"Dialed": tr.dialed, "Open": 1}
+}
+
+// sourceFunc is a Source of a type == cannot compare.
+type sourceFunc func() map[string]float64
+
+func (f sourceFunc) CacheStats() epcache.Stats    { return epcache.Stats{} }
+func (f sourceFunc) Counters() map[string]float64 { return f() }
+
+// A Source shows its cache's totals and its counters, with no peers to
+// walk; registering one twice is refused, unless its type cannot be
+// compared.
+func TestSourceShowsItsCountersAndCache(t *testing.T) {
 	h := debugpage.New()
-	require.NoError(t, h.AddTCP("peer 0", a))
-	require.ErrorIs(t, h.AddTCP("peer 0 again", a), debugpage.ErrAlreadyAdded)
-	require.NoError(t, h.AddStats("peer 1's cache", func() epcache.Stats { return b.Stats().Cache }))
+	tr := &transport{dialed: 3}
+	require.NoError(t, h.AddSource("peer 0", tr))
+	require.ErrorIs(t, h.AddSource("peer 0 again", tr), debugpage.ErrAlreadyAdded)
+	f := sourceFunc(func() map[string]float64 { return map[string]float64{"calls": 2} })
+	require.NoError(t, h.AddSource("f", f))
+	require.NoError(t, h.AddSource("f again", f), "an incomparable source cannot be told from another")
 	p := getJSON(t, h, "")
-	require.Len(t, p.Sources, 2)
-	src := p.Sources[0]
+	require.Len(t, p.Sources, 3)
+	src := p.Sources[2]
 	assert.Equal(t, "peer 0", src.Name)
-	assert.Nil(t, src.Peers, "a tcp peer's cache is out of reach: totals only")
+	assert.Nil(t, src.Peers, "a source's cache is out of reach: totals only")
 	require.NotNil(t, src.Stats)
-	assert.Equal(t, uint64(1), src.Stats.Creates, "one connection, to peer 1")
-	assert.Equal(t, float64(1), src.Counters["Dialed"])
-	assert.Equal(t, float64(1), src.Counters["Sent"])
-	assert.Equal(t, float64(1), src.Counters["Open"])
-	st := reflect.TypeFor[tcp.Stats]()
-	for i := range st.NumField() {
-		f := st.Field(i)
-		if f.Type.Kind() >= reflect.Int && f.Type.Kind() <= reflect.Float64 {
-			assert.Contains(t, src.Counters, f.Name, "every number of tcp.Stats")
-		}
-	}
-	assert.Equal(t, "peer 1's cache", p.Sources[1].Name)
-	require.NotNil(t, p.Sources[1].Stats)
-	assert.Nil(t, p.Sources[1].Counters)
+	assert.Equal(t, uint64(1), src.Stats.Creates)
+	assert.Equal(t, map[string]float64{"Dialed": 3, "Open": 1}, src.Counters)
+	assert.Equal(t, map[string]float64{"calls": 2}, p.Sources[0].Counters)
 	html := getHTML(t, h, "")
-	assert.Contains(t, html, "<dt>Dialed</dt><dd>1</dd>")
+	assert.Contains(t, html, "<dt>Dialed</dt><dd>3</dd>")
+}
+
+// A program serving the page links no transport: the page depends on no
+// package of transport/ (transport/tcp's Source is Peer.DebugSource, in
+// the transport).
+func TestDependsOnNoTransport(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to list the dependencies with")
+	}
+	out, err := exec.Command(goTool, "list", "-deps", ".").Output()
+	require.NoError(t, err, "go list -deps: %s", out)
+	deps := strings.Fields(string(out))
+	require.Contains(t, deps, "github.com/epcache/epcache/epcache", "the list is of this package's dependencies")
+	for _, d := range deps {
+		assert.False(t, strings.HasPrefix(d, "github.com/epcache/epcache/transport/"), "observe/debugpage depends on %s", d)
+	}
 }

@@ -4,7 +4,8 @@
 // mount it without taking on a metrics system.
 //
 // Register caches by name with [Add], other figures with [Handler.AddStats],
-// [Handler.AddTCP] and [Handler.AddCounters], and mount the [Handler]:
+// [Handler.AddSource] (a transport's, such as transport/tcp's
+// Peer.DebugSource) and [Handler.AddCounters], and mount the [Handler]:
 //
 //	h := debugpage.New()
 //	if err := debugpage.Add(h, "endpoints", cache); err != nil {

@@ -13,7 +13,8 @@
 // reader goroutines (one per connection) deliver. [Peer.Stats] has the
 // counters a benchmark reads: connections dialed, accepted, closed,
 // duplicates closed, dial attempts, descriptors held, and the cache's own
-// (evictions, idle removals, waits for room).
+// (evictions, idle removals, waits for room); [Peer.DebugSource] gives them
+// by name, to observe/debugpage's Handler.AddSource.
 //
 // # Connecting
 //
