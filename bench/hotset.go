@@ -101,6 +101,7 @@ func hotset[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 	created := l.Counts().Creates
 	runtime.GC()
 	m0 := mallocs()
+	cpu0 := processCPU()
 	t0 := time.Now()
 	close(measure)
 	timer := time.NewTimer(s.Duration)
@@ -111,7 +112,7 @@ func hotset[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 	}
 	stop.Store(true)
 	wg.Wait()
-	ph := phase{elapsed: time.Since(t0), allocs: mallocs() - m0, hist: newHist(), sampling: 1}
+	ph := phase{elapsed: time.Since(t0), cpu: processCPU() - cpu0, allocs: mallocs() - m0, hist: newHist(), sampling: 1}
 	created = l.Counts().Creates - created
 	for _, t := range tallies {
 		ph.ops += t.ops

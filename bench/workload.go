@@ -109,6 +109,13 @@ type Result struct {
 	// peers together: an endpoint is live from the start of its creation
 	// until its release returns (see Overshoot).
 	PeakLive int64 `json:"peak_live"`
+	// CPUPerOp is the process's CPU time over the measured phase, user
+	// and system, every thread (the workload's goroutines, the runtime's,
+	// the collector's), in ns per operation; a storm's operations are its
+	// Gets. Time the process waited for a core another program held is not
+	// in it, as it is in NsPerOp: on a busy machine it moves less. 0 where
+	// no process CPU clock is read.
+	CPUPerOp float64 `json:"cpu_ns_per_op,omitempty"`
 	// Failure says why the run is a failure: a leak, a double release, a
 	// wrong answer, or a broken exactly-once promise. Empty when it is not.
 	Failure string `json:"failure,omitempty"`
@@ -439,6 +446,7 @@ type phase struct {
 	ops, errors, invalidations uint64
 	elapsed, completion        time.Duration
 	allocs                     uint64
+	cpu                        time.Duration // processCPU over the phase
 	hist                       *hdrhistogram.Histogram
 	sampling                   int
 	hitRatio                   float64 // hotset
@@ -458,6 +466,7 @@ func (ph phase) fill(r *Result) {
 	}
 	if ph.ops > 0 {
 		r.AllocsPerOp = float64(ph.allocs) / float64(ph.ops)
+		r.CPUPerOp = float64(ph.cpu) / float64(ph.ops)
 	}
 	h := ph.hist
 	r.P50 = time.Duration(h.ValueAtQuantile(50))
