@@ -12,7 +12,7 @@ import (
 )
 
 // Where the process's CPU time can be read, a run reports it per
-// operation.
+// operation; Run leaves the pair, epbench's, unset.
 func TestRunsReportCPUPerOperation(t *testing.T) {
 	for _, w := range []string{"hit", "storm", "churn", "lease", "hotset"} {
 		t.Run(w, func(t *testing.T) {
@@ -24,6 +24,7 @@ func TestRunsReportCPUPerOperation(t *testing.T) {
 			require.NoError(t, err)
 			require.Empty(t, r.Failure)
 			assert.Positive(t, r.CPUPerOp, "CPU per operation")
+			assert.Zero(t, r.Pair)
 		})
 	}
 }

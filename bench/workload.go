@@ -116,6 +116,10 @@ type Result struct {
 	// in it, as it is in NsPerOp: on a busy machine it moves less. 0 where
 	// no process CPU clock is read.
 	CPUPerOp float64 `json:"cpu_ns_per_op,omitempty"`
+	// Pair numbers, from 1, the interleaved pair of runs (epcache, then a
+	// comparator) this run was one half of, where epbench ran it as one
+	// (its CPU figures); 0 for every other run. Run leaves it 0.
+	Pair int `json:"pair,omitempty"`
 	// Failure says why the run is a failure: a leak, a double release, a
 	// wrong answer, or a broken exactly-once promise. Empty when it is not.
 	Failure string `json:"failure,omitempty"`

@@ -48,13 +48,16 @@ type ratio struct {
 }
 
 // comparison is what -compare found: the ratios of this run that the
-// baseline has too, and this run's hit ratios.
+// baseline has too, its CPU figures beside the baseline's, and this run's
+// hit ratios.
 type comparison struct {
-	baseline string // the baseline's path
-	margin   float64
-	rows     []ratio
-	hits     []hitCheck
-	rechecks int // how many more runs each spec of a worse ratio had (-recheck)
+	baseline   string // the baseline's path
+	margin     float64
+	rows       []ratio
+	cpu        []cpuRow
+	cpuMissing []cpuRatio // CPU figures of this run the baseline lacks
+	hits       []hitCheck
+	rechecks   int // how many more runs each spec of a worse ratio had (-recheck)
 }
 
 // hitPoints is how far epcache's hit ratio may fall below a reference's in
@@ -195,6 +198,8 @@ func loadComparison(baselinePath string, current []bench.Result, margin float64)
 	if err := json.Unmarshal(data, &baseline); err != nil {
 		return nil, fmt.Errorf("-compare: %s: %w", baselinePath, err)
 	}
+	baseline, basePairs := splitPairs(baseline)
+	current, pairs := splitPairs(current)
 	base := map[string]float64{}
 	for _, r := range ratios(baseline) {
 		base[r.name] = r.current
@@ -206,7 +211,8 @@ func loadComparison(baselinePath string, current []bench.Result, margin float64)
 			c.rows = append(c.rows, r)
 		}
 	}
-	if len(c.rows) == 0 {
+	c.cpu, c.cpuMissing = pairCPU(basePairs, pairs)
+	if len(c.rows) == 0 && len(c.cpu) == 0 {
 		return nil, fmt.Errorf("-compare: no run of epcache and a reference comparator is in both %s and this run", baselinePath)
 	}
 	return c, nil
@@ -238,6 +244,22 @@ func (c *comparison) write(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t%s\n", r.name, r.baseline, r.current, c.limit(r), verdict)
 	}
+	var cpuWorse []string
+	if len(c.cpu) > 0 || len(c.cpuMissing) > 0 {
+		fmt.Fprintf(tw, "\nCPU per operation at GOMAXPROCS 1, epcache ÷ reference, median of interleaved pairs\tbaseline\tnow\tlimit (×%g)\tpairs (quartiles)\t\n", cpuMargin)
+		for _, r := range c.cpu {
+			verdict := "ok"
+			if r.worse() {
+				verdict = "WORSE"
+				cpuWorse = append(cpuWorse, fmt.Sprintf("%s: %.3f, baseline %.3f", r.name, r.median, r.baseline))
+			}
+			lo, hi := quartiles(r.pairs)
+			fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t%d (%.3f–%.3f)\t%s\n", r.name, r.baseline, r.median, r.limit(), len(r.pairs), lo, hi, verdict)
+		}
+		for _, r := range c.cpuMissing {
+			fmt.Fprintf(tw, "%s\t-\t%.3f\t-\t%d\tnot in the baseline\n", r.name, r.median, len(r.pairs))
+		}
+	}
 	var low []string
 	if len(c.hits) > 0 {
 		fmt.Fprintf(tw, "\nhit ratio, epcache and reference (at most %g points below)\tepcache\treference\t\t\n", 100*hitPoints)
@@ -252,6 +274,16 @@ func (c *comparison) write(w io.Writer) error {
 	}
 	tw.Flush()
 	var errs []string
+	if len(cpuWorse) > 0 {
+		errs = append(errs, fmt.Sprintf("CPU figures worse than the baseline past their limit (%g×): %s", cpuMargin, strings.Join(cpuWorse, "; ")))
+	}
+	if len(c.cpuMissing) > 0 {
+		var names []string
+		for _, r := range c.cpuMissing {
+			names = append(names, r.name)
+		}
+		errs = append(errs, fmt.Sprintf("CPU figures that %s lacks (make baseline writes them): %s", c.baseline, strings.Join(names, "; ")))
+	}
 	if len(worse) > 0 {
 		errs = append(errs, fmt.Sprintf("ratios worse than the baseline past their limits (%g×, more for a workload that swings): %s", c.margin, strings.Join(worse, "; ")))
 	}

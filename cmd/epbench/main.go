@@ -75,6 +75,7 @@ type options struct {
 	compare    string
 	margin     float64
 	recheck    int
+	pairs      int
 	cpuprofile string
 	trace      string
 	debug      string
@@ -104,6 +105,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	results, err := runAll(ctx, specs, o.count, stderr, debug)
+	var pairs []bench.Result // the CPU figures' runs (see guard.go)
+	if err == nil {
+		pairs, err = runPairs(ctx, o.cpuFigures(), o.pairs*o.count)
+	}
 	if perr := stopProfiles(); err == nil {
 		err = perr
 	}
@@ -112,7 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	info := reportInfo{args: args, date: time.Now()}
 	if o.compare != "" {
-		info.comparison, info.compareErr = loadComparison(o.compare, results, o.margin)
+		info.comparison, info.compareErr = loadComparison(o.compare, slices.Concat(results, pairs), o.margin)
 		// A ratio from one run can be a slow phase of the machine that hit
 		// one implementation and not the other. The specs of a worse ratio
 		// run again, and the ratio is taken from the medians of all their
@@ -127,14 +132,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					return err
 				}
 				results = append(results, more...)
-				info.comparison, info.compareErr = loadComparison(o.compare, results, o.margin)
+				info.comparison, info.compareErr = loadComparison(o.compare, slices.Concat(results, pairs), o.margin)
 				if info.comparison != nil {
 					info.comparison.rechecks = o.recheck
 				}
 			}
 		}
 	}
-	if err := write(stdout, o.format, results); err != nil {
+	// JSON, what a baseline is, has the pairs' runs too, each with its
+	// pair; the other formats show the suite's runs, and the table's
+	// comparison the pairs' figures.
+	switch {
+	case o.format == "json":
+		err = write(stdout, o.format, slices.Concat(results, pairs))
+	case o.format == "table" && o.compare == "":
+		if err = write(stdout, o.format, results); err == nil {
+			err = writeCPUFigures(stdout, pairs)
+		}
+	default:
+		err = write(stdout, o.format, results)
+	}
+	if err != nil {
 		return err
 	}
 	if o.out != "" {
@@ -144,7 +162,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "epbench: wrote %s (the report: %s)\n", o.out, filepath.Join(o.out, "index.html"))
 	}
 	var failed []string
-	for _, r := range results {
+	for _, r := range slices.Concat(results, pairs) {
 		if r.Failure != "" {
 			failed = append(failed, r.Name()+": "+r.Failure)
 		}

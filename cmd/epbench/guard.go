@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/epcache/epcache/bench"
+)
+
+// The CPU figures of -suite ci are what -compare holds closest: epcache's
+// CPU time per operation over a comparator's, at GOMAXPROCS 1, measured in
+// pairs of runs one after the other (epcache, the comparator, epcache, the
+// comparator, …) and judged by the median of the pairs' ratios.
+//
+// CPU time, not time: a process on a shared machine loses wall time to
+// every other program that takes its core, in phases seconds long, and a
+// ratio of two throughputs taken seconds apart moves with them; the CPU it
+// spends per operation moves much less, for it does not count the time it
+// waited. One core, so that no figure depends on a second one being free.
+// Pairs, so that the two halves of each ratio ran within a second of each
+// other, and a median, so that the pairs a burst of other work did reach
+// do not decide it.
+
+// cpuMargin is how many times the baseline's ratio a CPU figure may be.
+// On this 2-core machine with other work on it, a figure's median of 40 to
+// 60 pairs moved by up to 5 % between runs of one build (hotset 1.29 to
+// 1.36), while its single pairs ranged from 0.8 to 2: 1.15 passes an
+// unchanged build and fails one whose evictions cost hotset 30 % more
+// (epcache_slowdemo) every time, and a regression of exactly 15 % about
+// half the time.
+const cpuMargin = 1.15
+
+// runPairs runs n interleaved pairs of every figure (a spec without its
+// Impl): pair i runs epcache and then the figure's reference
+// (cpuReferences), for each figure in turn, so that each figure's pairs are
+// spread over the whole phase. Every pair runs the figure's seed: the
+// pairs differ by the machine's noise, not by their access sequences.
+// Every result has Pair set.
+func runPairs(ctx context.Context, figs []bench.Spec, n int) ([]bench.Result, error) {
+	var out []bench.Result
+	for i := range n {
+		for _, f := range figs {
+			for _, impl := range []string{"epcache", cpuReference(f)} {
+				s := f
+				s.Impl = impl
+				r, err := bench.Run(ctx, s)
+				if err != nil {
+					return out, err
+				}
+				r.Pair = i + 1
+				out = append(out, r)
+				if ctx.Err() != nil {
+					return out, ctx.Err()
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// splitPairs separates the runs of the CPU figures' pairs from the others.
+func splitPairs(results []bench.Result) (runs, pairs []bench.Result) {
+	for _, r := range results {
+		if r.Pair > 0 {
+			pairs = append(pairs, r)
+		} else {
+			runs = append(runs, r)
+		}
+	}
+	return runs, pairs
+}
+
+// cpuRatio is a CPU figure: epcache's CPU per operation over ref's, one
+// ratio per pair, in the order of the pairs.
+type cpuRatio struct {
+	name   string // the spec's name with impl=epcache÷ref, and its GOMAXPROCS
+	pairs  []float64
+	median float64
+}
+
+// cpuRatios returns the CPU figures of the pairs among results, sorted by
+// name. A pair whose halves did not both measure CPU time is left out.
+func cpuRatios(results []bench.Result) []cpuRatio {
+	type half struct{ epcache, ref float64 }
+	byPair := map[string]map[int]*half{} // by figure name, then pair
+	for _, r := range results {
+		if r.Pair == 0 {
+			continue
+		}
+		s := r.Spec
+		ref := r.Impl
+		if ref == "epcache" {
+			ref = cpuReference(s)
+		}
+		s.Impl = "epcache÷" + ref
+		name := fmt.Sprintf("%s procs=%d", s.Name(), s.Procs)
+		if byPair[name] == nil {
+			byPair[name] = map[int]*half{}
+		}
+		h := byPair[name][r.Pair]
+		if h == nil {
+			h = &half{}
+			byPair[name][r.Pair] = h
+		}
+		if r.Impl == "epcache" {
+			h.epcache = r.CPUPerOp
+		} else {
+			h.ref = r.CPUPerOp
+		}
+	}
+	var out []cpuRatio
+	for name, m := range byPair {
+		c := cpuRatio{name: name}
+		for _, p := range slices.Sorted(maps.Keys(m)) {
+			if h := m[p]; h.epcache > 0 && h.ref > 0 {
+				c.pairs = append(c.pairs, h.epcache/h.ref)
+			}
+		}
+		if len(c.pairs) > 0 {
+			c.median = median(c.pairs)
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b cpuRatio) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// writeCPUFigures prints the CPU figures of pairs, for a run without
+// -compare (whose table has them beside the baseline's).
+func writeCPUFigures(w io.Writer, pairs []bench.Result) error {
+	cs := cpuRatios(pairs)
+	if len(cs) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "\nCPU per operation at GOMAXPROCS 1, epcache ÷ reference, median of interleaved pairs\tnow\tpairs (quartiles)\t\n")
+	for _, c := range cs {
+		lo, hi := quartiles(c.pairs)
+		fmt.Fprintf(tw, "%s\t%.3f\t%d (%.3f–%.3f)\t\n", c.name, c.median, len(c.pairs), lo, hi)
+	}
+	return tw.Flush()
+}
+
+// cpuReferences names each figure's comparator by workload: otter on
+// hotset (a cache under a cap that does not hold it), singleflight on
+// storm (a creation shared by its callers, and no more), xsync4 on hit (a
+// concurrent map's Load, the floor of a hit).
+var cpuReferences = map[string]string{"hotset": "otter", "storm": "singleflight", "hit": "xsync4"}
+
+func cpuReference(s bench.Spec) string { return cpuReferences[s.Workload] }
+
+// cpuRow is a CPU figure beside the baseline's.
+type cpuRow struct {
+	cpuRatio
+	baseline float64
+}
+
+func (r cpuRow) limit() float64 { return r.baseline * cpuMargin }
+func (r cpuRow) worse() bool    { return r.median > r.limit() }
+
+// quartiles returns the lower and upper quartiles of vs (medians of its
+// lower and upper halves), for the spread of a figure's pairs.
+func quartiles(vs []float64) (lo, hi float64) {
+	vs = slices.Clone(vs)
+	slices.Sort(vs)
+	n := len(vs)
+	return median(vs[:n/2+n%2]), median(vs[n/2:])
+}
+
+// pairCPU compares the CPU figures of current with the baseline's: the rows
+// of figures both have, and current's figures that the baseline lacks.
+func pairCPU(baseline, current []bench.Result) (rows []cpuRow, missing []cpuRatio) {
+	base := map[string]float64{}
+	for _, c := range cpuRatios(baseline) {
+		base[c.name] = c.median
+	}
+	for _, c := range cpuRatios(current) {
+		if b, ok := base[c.name]; ok {
+			rows = append(rows, cpuRow{c, b})
+		} else {
+			missing = append(missing, c)
+		}
+	}
+	return rows, missing
+}
