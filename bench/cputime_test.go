@@ -12,7 +12,7 @@ import (
 )
 
 // Where the process's CPU time can be read, a run reports it per
-// operation; Run leaves the pair, epbench's, unset.
+// operation; Run leaves the pair and the spin ratio, epbench's, unset.
 func TestRunsReportCPUPerOperation(t *testing.T) {
 	for _, w := range []string{"hit", "storm", "churn", "lease", "hotset"} {
 		t.Run(w, func(t *testing.T) {
@@ -25,6 +25,7 @@ func TestRunsReportCPUPerOperation(t *testing.T) {
 			require.Empty(t, r.Failure)
 			assert.Positive(t, r.CPUPerOp, "CPU per operation")
 			assert.Zero(t, r.Pair)
+			assert.Zero(t, r.SpinRatio)
 		})
 	}
 }

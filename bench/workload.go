@@ -120,6 +120,11 @@ type Result struct {
 	// comparator) this run was one half of, where epbench ran it as one
 	// (its CPU figures); 0 for every other run. Run leaves it 0.
 	Pair int `json:"pair,omitempty"`
+	// SpinRatio is how much faster two spinning goroutines ran at this
+	// run's GOMAXPROCS than at 1, measured just before the run, where
+	// epbench measured it (the runs whose ratios need a second core
+	// free); 0 for every other run. Run leaves it 0.
+	SpinRatio float64 `json:"spin_ratio,omitempty"`
 	// Failure says why the run is a failure: a leak, a double release, a
 	// wrong answer, or a broken exactly-once promise. Empty when it is not.
 	Failure string `json:"failure,omitempty"`

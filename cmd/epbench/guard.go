@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"text/tabwriter"
+	"time"
 
 	"github.com/epcache/epcache/bench"
 )
@@ -187,4 +191,129 @@ func pairCPU(baseline, current []bench.Result) (rows []cpuRow, missing []cpuRati
 		}
 	}
 	return rows, missing
+}
+
+// freeCoreSpin is the spin ratio (see spinRatio) from which a second core
+// counts as free: two free cores give 2, less what the runtime's own
+// threads take; one busy loop beside the spinners, 1.33 (four thirds of a
+// core among three threads, against a whole one), two busy loops, 1.5
+// (one core among four threads, against two thirds of one among three). On
+// this machine, with other engineers' builds and tests on both cores, the
+// probes gave 0.6 to 1.4; with two busy loops added, 0.2 to 3.3, the
+// loops starving one quarter and not the next: so the lowest of a run's
+// probes decides.
+const freeCoreSpin = 1.6
+
+// spinProbe is how long spinRatio spins, in all: several of the
+// scheduler's 10 ms slices at each GOMAXPROCS, short beside the run it
+// precedes.
+const spinProbe = 100 * time.Millisecond
+
+// needsFreeCore reports whether the ratios s's runs enter measure how well
+// more than one core runs at once: the hot peer's lease at more than one
+// GOMAXPROCS (against the pool, and over its time at one; see swings).
+func needsFreeCore(s bench.Spec) bool { return swingKey(s) == hotPeerSwing }
+
+// runSpec runs s, after a spin probe at its GOMAXPROCS if needsFreeCore:
+// just before, so that the probe saw the cores the run got.
+func runSpec(ctx context.Context, s bench.Spec) (bench.Result, error) {
+	spin := 0.0
+	if needsFreeCore(s) {
+		spin = spinRatio(s.Procs, spinProbe)
+	}
+	r, err := bench.Run(ctx, s)
+	r.SpinRatio = spin
+	return r, err
+}
+
+// freeCores is what the spin probes of a run say: whether every run whose
+// ratios need a second core had one free, and the lowest spin ratio.
+type freeCores struct {
+	probes int
+	lowest float64
+}
+
+// free reports whether the ratios that need a second core may be judged:
+// some probe was made, and none fell below freeCoreSpin.
+func (f freeCores) free() bool { return f.probes > 0 && f.lowest >= freeCoreSpin }
+
+// why says why the ratios that need a second core were not judged.
+func (f freeCores) why() string {
+	if f.probes == 0 {
+		return "no run measured whether a second core was free"
+	}
+	return fmt.Sprintf("two spinning goroutines at GOMAXPROCS 2 reached %.2f× their 1-core rate (the lowest of %d probes, one just before each run of those ratios), below the %.2g× that shows a second core free", f.lowest, f.probes, freeCoreSpin)
+}
+
+// probedCores collects the spin probes of results.
+func probedCores(results []bench.Result) freeCores {
+	var f freeCores
+	for _, r := range results {
+		if !needsFreeCore(r.Spec) {
+			continue
+		}
+		if f.probes == 0 || r.SpinRatio < f.lowest {
+			f.lowest = r.SpinRatio
+		}
+		f.probes++
+	}
+	return f
+}
+
+// spinRatio returns how much faster procs goroutines that do nothing but
+// spin run at GOMAXPROCS procs than at 1, for d in all: near procs where
+// that many cores are free for this process, near 1 where other programs
+// hold all but one. The quarters run at 1, procs, procs, 1, so that load
+// that rises or falls steadily over the probe weighs on both rates alike.
+// It restores GOMAXPROCS.
+func spinRatio(procs int, d time.Duration) float64 {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	q := d / 4
+	one := spinRate(1, procs, q)
+	many := spinRate(procs, procs, q) + spinRate(procs, procs, q)
+	one += spinRate(1, procs, q)
+	if one == 0 {
+		return 0
+	}
+	return many / one
+}
+
+// spinRate runs n spinning goroutines for d at GOMAXPROCS procs and returns
+// their iterations per second, all together.
+func spinRate(procs, n int, d time.Duration) float64 {
+	runtime.GOMAXPROCS(procs)
+	type counter struct {
+		n uint64
+		_ [120]byte // each spinner writes its own line
+	}
+	counts := make([]counter, n)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range counts {
+		wg.Go(func() {
+			<-start
+			x, k := uint64(i)+1, uint64(0)
+			for !stop.Load() {
+				for range 1024 {
+					x ^= x << 13 // xorshift: work the compiler cannot fold
+					x ^= x >> 7
+					x ^= x << 17
+				}
+				k++
+			}
+			counts[i].n = k + x&1 // x kept live; one iteration either way
+		})
+	}
+	t0 := time.Now()
+	close(start)
+	time.Sleep(d)
+	elapsed := time.Since(t0)
+	stop.Store(true)
+	wg.Wait()
+	var total uint64
+	for _, c := range counts {
+		total += c.n
+	}
+	return float64(total) / elapsed.Seconds()
 }

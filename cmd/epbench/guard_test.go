@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +86,91 @@ func TestCompareFailsWhereTheBaselineLacksACPUFigure(t *testing.T) {
 	assert.Regexp(t, `Hotset/impl=epcache÷otter/\S+ procs=1 +- +0\.800 +- +1 +not in the baseline`, out.String())
 }
 
+// Whether a second core is free is decided from the spin probes alone: at
+// or above 1.6 in every probe; any probe below, or none at all, and it is
+// not.
+func TestFreeCoresAreJudgedByTheLowestProbe(t *testing.T) {
+	probe := func(spins ...float64) freeCores {
+		var rs []bench.Result
+		for _, x := range spins {
+			r := result("lease", "epcache", 10)
+			r.Peers, r.Procs, r.Goroutines, r.SpinRatio = 1, 2, 2, x
+			rs = append(rs, r)
+		}
+		// A run that needs no second core is not a probe.
+		rs = append(rs, result("hit", "epcache", 3))
+		return probedCores(rs)
+	}
+	for _, tc := range []struct {
+		spins []float64
+		free  bool
+	}{
+		{[]float64{1.95, 1.9, 1.6}, true},
+		{[]float64{1.95, 1.59, 2}, false},
+		{[]float64{1.2}, false},
+		{nil, false},
+	} {
+		f := probe(tc.spins...)
+		assert.Equal(t, tc.free, f.free(), "%v", tc.spins)
+		assert.Equal(t, len(tc.spins), f.probes)
+	}
+	assert.Equal(t, "two spinning goroutines at GOMAXPROCS 2 reached 1.23× their 1-core rate (the lowest of 3 probes, one just before each run of those ratios), below the 1.6× that shows a second core free",
+		freeCores{probes: 3, lowest: 1.234}.why())
+	assert.Equal(t, "no run measured whether a second core was free", freeCores{}.why())
+
+	assert.True(t, needsFreeCore(bench.Spec{Workload: "lease", Peers: 1, Procs: 2}), "the hot peer at two cores")
+	assert.False(t, needsFreeCore(bench.Spec{Workload: "lease", Peers: 1, Procs: 1}), "the hot peer at one core")
+	assert.False(t, needsFreeCore(bench.Spec{Workload: "lease", Peers: 128, Procs: 2}), "leases of many peers")
+	assert.False(t, needsFreeCore(bench.Spec{Workload: "hotset", Peers: 1, Procs: 2}))
+}
+
+// The ratios of the hot peer's leases at two cores are judged when the
+// probes saw a second core free, and skipped, with the reason, when they
+// did not: a ratio past its limit then fails nothing and is not run again.
+func TestCompareSkipsTheTwoCoreRatiosWithoutAFreeCore(t *testing.T) {
+	hot := func(impl string, procs int, ns, spin float64) bench.Result {
+		r := result("lease", impl, ns)
+		r.Peers, r.Procs, r.Goroutines, r.Cost = 1, procs, procs, "none"
+		if procs > 1 {
+			r.SpinRatio = spin
+		}
+		return r
+	}
+	base := []bench.Result{hot("epcache", 1, 16, 0), hot("epcache", 2, 9, 1.9), hot("pool", 1, 30, 0), hot("pool", 2, 45, 1.9)}
+	path := baselineFile(t, base)
+	// Two cores nearly as slow as one, and epcache's lease against the
+	// pool's past its limit: what a busy machine gives.
+	busy := func(spin float64) []bench.Result {
+		return []bench.Result{hot("epcache", 1, 16, 0), hot("epcache", 2, 15, spin), hot("pool", 1, 30, 0), hot("pool", 2, 20, spin)}
+	}
+
+	var out bytes.Buffer
+	c, err := loadComparison(path, busy(1.25), 2)
+	require.NoError(t, err)
+	require.NoError(t, c.write(&out), "not judged without a free core")
+	assert.Regexp(t, `Lease/impl=epcache÷pool/\S+ procs=2 +0\.200 +0\.750 +0\.600 +skipped: no second core free`, out.String())
+	assert.Regexp(t, `Lease/impl=epcache/\S+ procs=2÷1 +0\.562 +0\.938 +1\.688 +skipped: no second core free`, out.String())
+	assert.Regexp(t, `Lease/impl=epcache÷pool/\S+ procs=1 +0\.533 +0\.533 +1\.067 +ok`, out.String(), "one core is judged")
+	assert.Contains(t, out.String(), "skipped the ratios that need a second core free (Lease/impl=epcache/")
+	assert.Contains(t, out.String(), "reached 1.25× their 1-core rate (the lowest of 2 probes")
+	assert.Empty(t, c.worseSpecs(specsOf(busy(1.25))), "a skipped ratio is not run again")
+
+	c, err = loadComparison(path, busy(1.8), 2)
+	require.NoError(t, err)
+	err = c.write(&bytes.Buffer{})
+	require.Error(t, err, "judged with a free core")
+	assert.ErrorContains(t, err, "Lease/impl=epcache÷pool/")
+	assert.NotEmpty(t, c.worseSpecs(specsOf(busy(1.8))))
+}
+
+func specsOf(rs []bench.Result) []bench.Spec {
+	var out []bench.Spec
+	for _, r := range rs {
+		out = append(out, r.Spec)
+	}
+	return out
+}
+
 // runPairs runs epcache and then each figure's reference, pair after pair,
 // every figure in each pair, all with the figure's seed, and numbers the
 // pairs from 1.
@@ -123,6 +209,14 @@ func TestCISuiteHasTheCPUFigures(t *testing.T) {
 	}
 	assert.Equal(t, []string{"hotset/uint64÷otter", "storm/uint64÷singleflight", "hit/uint64÷xsync4", "hit/string÷xsync4"}, names)
 	assert.Empty(t, options{suite: "default"}.cpuFigures())
+}
+
+// spinRatio gives GOMAXPROCS back as it found it. (What ratio it measures
+// is the machine's: no test judges it.)
+func TestSpinRatioRestoresGOMAXPROCS(t *testing.T) {
+	before := runtime.GOMAXPROCS(0)
+	assert.Positive(t, spinRatio(2, 5*time.Millisecond))
+	assert.Equal(t, before, runtime.GOMAXPROCS(0))
 }
 
 // Without -compare, the table ends with the CPU figures alone.

@@ -205,7 +205,7 @@ func runAll(ctx context.Context, specs []bench.Spec, count int, stderr io.Writer
 			bar.Describe(s.Name())
 			s.Seed += uint64(i)
 			debug.begin(s)
-			r, err := bench.Run(ctx, s)
+			r, err := runSpec(ctx, s)
 			bar.Add(1)
 			switch {
 			case errors.Is(err, bench.ErrUnsupported):
