@@ -57,6 +57,7 @@ type comparison struct {
 	cpu        []cpuRow
 	cpuMissing []cpuRatio // CPU figures of this run the baseline lacks
 	cores      freeCores
+	baseBusy   int // runs of the baseline left out for want of a free core (withoutBusyCores)
 	hits       []hitCheck
 	rechecks   int // how many more runs each spec of a worse ratio had (-recheck)
 }
@@ -209,12 +210,13 @@ func loadComparison(baselinePath string, current []bench.Result, margin float64)
 		return nil, fmt.Errorf("-compare: %s: %w", baselinePath, err)
 	}
 	baseline, basePairs := splitPairs(baseline)
+	baseline, baseBusy := withoutBusyCores(baseline)
 	current, pairs := splitPairs(current)
 	base := map[string]float64{}
 	for _, r := range ratios(baseline) {
 		base[r.name] = r.current
 	}
-	c := &comparison{baseline: baselinePath, margin: margin, hits: hitChecks(current), cores: probedCores(current)}
+	c := &comparison{baseline: baselinePath, margin: margin, hits: hitChecks(current), cores: probedCores(current), baseBusy: baseBusy}
 	for _, r := range ratios(current) {
 		if b, ok := base[r.name]; ok {
 			r.baseline = b
@@ -294,6 +296,9 @@ func (c *comparison) write(w io.Writer) error {
 	}
 	if len(skipped) > 0 {
 		fmt.Fprintf(w, "\nskipped the ratios that need a second core free (%s): %s\n", strings.Join(skipped, ", "), c.cores.why())
+	}
+	if c.baseBusy > 0 {
+		fmt.Fprintf(w, "\n(the baseline's ratios that need a second core free leave out its %d runs whose probe found none)\n", c.baseBusy)
 	}
 	var errs []string
 	if len(cpuWorse) > 0 {

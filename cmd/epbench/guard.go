@@ -245,6 +245,21 @@ func (f freeCores) why() string {
 	return fmt.Sprintf("two spinning goroutines at GOMAXPROCS 2 reached %.2f× their 1-core rate (the lowest of %d probes, one just before each run of those ratios), below the %.2g× that shows a second core free", f.lowest, f.probes, freeCoreSpin)
 }
 
+// withoutBusyCores returns results less the runs whose probe found no
+// second core free, and how many it left out: a baseline's ratios that
+// need a second core are taken from its runs that had one, as this run's
+// are judged only if it had one.
+func withoutBusyCores(results []bench.Result) ([]bench.Result, int) {
+	out := results[:0:0]
+	for _, r := range results {
+		if needsFreeCore(r.Spec) && r.SpinRatio > 0 && r.SpinRatio < freeCoreSpin {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, len(results) - len(out)
+}
+
 // probedCores collects the spin probes of results.
 func probedCores(results []bench.Result) freeCores {
 	var f freeCores

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -161,6 +162,16 @@ func TestCompareSkipsTheTwoCoreRatiosWithoutAFreeCore(t *testing.T) {
 	require.Error(t, err, "judged with a free core")
 	assert.ErrorContains(t, err, "Lease/impl=epcache÷pool/")
 	assert.NotEmpty(t, c.worseSpecs(specsOf(busy(1.8))))
+
+	// A baseline's runs whose probe found no free core are not in its
+	// ratios: a busy baseline would loosen every later limit.
+	path = baselineFile(t, append(slices.Clone(base), hot("epcache", 2, 15, 1.1), hot("epcache", 2, 15, 1.2), hot("pool", 2, 20, 1.0)))
+	c, err = loadComparison(path, busy(1.9), 2)
+	require.NoError(t, err)
+	out.Reset()
+	require.Error(t, c.write(&out), "held to the baseline's free-core runs, 0.200")
+	assert.Regexp(t, `Lease/impl=epcache÷pool/\S+ procs=2 +0\.200 +0\.750 +0\.600 +WORSE`, out.String())
+	assert.Contains(t, out.String(), "leave out its 3 runs whose probe found none")
 }
 
 func specsOf(rs []bench.Result) []bench.Spec {
