@@ -198,6 +198,9 @@ func TestRunPairsInterleaves(t *testing.T) {
 		assert.EqualValues(t, 7, r.Seed)
 		assert.Empty(t, r.Failure)
 	}
+	for _, r := range rs {
+		assert.Nil(t, r.CDF, "no latency distribution in a pair's run")
+	}
 	assert.Equal(t, []string{
 		"1 hit epcache", "1 hit xsync4", "1 storm epcache", "1 storm singleflight",
 		"2 hit epcache", "2 hit xsync4", "2 storm epcache", "2 storm singleflight",
