@@ -9,9 +9,10 @@ import "sync/atomic"
 // No other build has it; theirs is slowdemo_off.go's no-op.
 
 // slowdemoSlots is how many values of the clock each eviction's extra
-// scan reads the lease count of: 128 cost epbench's hotset 47 % more CPU
+// scan reads the lease count of. 128 cost epbench's hotset 47 % more CPU
 // per operation at GOMAXPROCS 1 (epcache ÷ otter, medians of 60
-// interleaved pairs, 1.92 against 1.30), and 80 about 30 %: twice
+// interleaved pairs, 1.92 against 1.30); 80 cost it 33 to 45 % (1.61 to
+// 1.75 against the baseline's 1.21, four runs of bench-ci): about twice
 // bench-ci's margin of 15 %, so that the demonstration fails however the
 // noise of a busy machine moves the medians.
 const slowdemoSlots = 80

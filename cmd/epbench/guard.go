@@ -31,12 +31,14 @@ import (
 // do not decide it.
 
 // cpuMargin is how many times the baseline's ratio a CPU figure may be.
-// On this 2-core machine with other work on it, a figure's median of 40 to
-// 60 pairs moved by up to 5 % between runs of one build (hotset 1.29 to
-// 1.36), while its single pairs ranged from 0.8 to 2: 1.15 passes an
-// unchanged build and fails one whose evictions cost hotset 30 % more
-// (epcache_slowdemo) every time, and a regression of exactly 15 % about
-// half the time.
+// On this 2-core machine with other engineers' work on it, single pairs of
+// hotset ranged from 0.6 to 3, but the medians of 60 came within 5 % of
+// the baseline's in four runs of one build, two busy loops beside one of
+// them (hotset 1.23 to 1.27 against 1.21), and the build whose evictions
+// cost more (epcache_slowdemo) came to 1.61 to 1.75: 1.15 tells the two
+// apart every time. Heavier load moves the medians (hotset's came to 1.29
+// to 1.36 at a load of 10 to 12), and a regression of exactly 15 % would
+// fail about half the time.
 const cpuMargin = 1.15
 
 // runPairs runs n interleaved pairs of every figure (a spec without its
