@@ -127,7 +127,7 @@ bench-hit: ## the hit path and the lease, epcache called directly beside sync.Ma
 BENCHTAGS   ?=
 
 .PHONY: bench-ci
-bench-ci: ## the short suite, compared with results/baseline.json by ratios measured in this run, and CPU per operation at GOMAXPROCS 1 in interleaved pairs (about 3 minutes; BENCHTAGS=epcache_slowdemo for the slowed build it must fail)
+bench-ci: ## the short suite, compared with results/baseline.json by ratios measured in this run, and CPU per operation at GOMAXPROCS 1 in interleaved pairs (one to three minutes, as busy as the machine is; BENCHTAGS=epcache_slowdemo for the slowed build it must fail)
 	$(GO) run -tags '$(BENCHTAGS)' ./cmd/epbench -suite ci -compare $(RESULTS)/baseline.json
 
 .PHONY: baseline

@@ -82,7 +82,7 @@ Suites (-suite):
   ci       the short suite CI compares with a baseline, and its CPU figures:
            CPU per operation at GOMAXPROCS 1, epcache over otter (hotset),
            singleflight (storm) and xsync4 (hit), in -pairs interleaved
-           pairs (about three minutes)
+           pairs (one to three minutes, as busy as the machine is)
 
 Contexts (-ctx): the Gets pass a context that never ends (background, as a
 send that never gives up on a peer does), or one that can (cancel). epcache
