@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -26,6 +27,7 @@ const hotsetWarm = 10
 func hotset[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K], l *Ledger) phase {
 	gctx := s.getContext(ctx) // ctx itself stops the run early
 	leaser, _ := c.(Leaser[K])
+	seqs := hotsetSequences(s)
 	warm := min((hotsetWarm*s.Cap+s.Goroutines-1)/s.Goroutines, seqLen/4)
 	type tally struct {
 		ops, errors uint64
@@ -42,9 +44,7 @@ func hotset[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 		ready.Add(1)
 		warmed.Add(1)
 		wg.Go(func() {
-			// Each goroutine draws its own sequence, before any clock
-			// starts, with a generator of its own.
-			seq := hotsetSequence(s, uint64(g))
+			seq := seqs[g]
 			// What the goroutine writes on every operation, in one
 			// allocation padded off its neighbours' (see steadyWorker).
 			w := &struct {
@@ -101,6 +101,7 @@ func hotset[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 	created := l.Counts().Creates
 	runtime.GC()
 	m0 := mallocs()
+	cpu0 := processCPU()
 	t0 := time.Now()
 	close(measure)
 	timer := time.NewTimer(s.Duration)
@@ -111,7 +112,7 @@ func hotset[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 	}
 	stop.Store(true)
 	wg.Wait()
-	ph := phase{elapsed: time.Since(t0), allocs: mallocs() - m0, hist: newHist(), sampling: 1}
+	ph := phase{elapsed: time.Since(t0), cpu: processCPU() - cpu0, allocs: mallocs() - m0, hist: newHist(), sampling: 1}
 	created = l.Counts().Creates - created
 	for _, t := range tallies {
 		ph.ops += t.ops
@@ -122,6 +123,35 @@ func hotset[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 		ph.hitRatio = 1 - float64(created)/float64(ph.ops)
 	}
 	return ph
+}
+
+// sequenceMemo holds the access sequences of the last hotset shape run,
+// which a run of the same shape and seed takes again: drawing them (64
+// goroutines' seqLen Zipf numbers) takes several times as long as a
+// 200 ms run measures, at one core, and epbench's CPU figures run one
+// shape and seed dozens of times. The sequences are only read.
+var sequenceMemo struct {
+	sync.Mutex
+	key  string
+	seqs [][]uint32
+}
+
+// hotsetSequences returns every goroutine's access sequence
+// (hotsetSequence), drawn on a goroutine each, or the memo's.
+func hotsetSequences(s Spec) [][]uint32 {
+	key := fmt.Sprint(s.Seed, s.Dist, s.Zipf, s.Peers, s.Goroutines)
+	sequenceMemo.Lock()
+	defer sequenceMemo.Unlock()
+	if sequenceMemo.key != key {
+		seqs := make([][]uint32, s.Goroutines)
+		var wg sync.WaitGroup
+		for g := range seqs {
+			wg.Go(func() { seqs[g] = hotsetSequence(s, uint64(g)) })
+		}
+		wg.Wait()
+		sequenceMemo.key, sequenceMemo.seqs = key, seqs
+	}
+	return sequenceMemo.seqs
 }
 
 // hotsetSequence returns goroutine g's access sequence: seqLen peer

@@ -83,6 +83,7 @@ func steady[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 	ready.Wait()
 	runtime.GC()
 	m0 := mallocs()
+	cpu0 := processCPU()
 	t0 := time.Now()
 	close(start)
 	timer := time.NewTimer(s.Duration)
@@ -93,7 +94,7 @@ func steady[K comparable](ctx context.Context, s Spec, c Cache[K], ks keySet[K],
 	}
 	stop.Store(true)
 	wg.Wait()
-	ph := phase{elapsed: time.Since(t0), allocs: mallocs() - m0, hist: newHist(), sampling: sampleEvery}
+	ph := phase{elapsed: time.Since(t0), cpu: processCPU() - cpu0, allocs: mallocs() - m0, hist: newHist(), sampling: sampleEvery}
 	for _, w := range workers {
 		ph.ops += w.ops
 		ph.errors += w.errors

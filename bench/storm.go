@@ -93,10 +93,11 @@ func (g *gang) run() phase {
 	g.ready.Wait()
 	runtime.GC()
 	m0 := mallocs()
+	cpu0 := processCPU()
 	t0 := time.Now()
 	close(g.start)
 	g.done.Wait()
-	ph := phase{completion: time.Since(t0), allocs: mallocs() - m0, hist: newHist(), sampling: 1}
+	ph := phase{completion: time.Since(t0), cpu: processCPU() - cpu0, allocs: mallocs() - m0, hist: newHist(), sampling: 1}
 	ph.elapsed = ph.completion
 	for i := range g.recs {
 		r := &g.recs[i]

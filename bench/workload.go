@@ -109,6 +109,22 @@ type Result struct {
 	// peers together: an endpoint is live from the start of its creation
 	// until its release returns (see Overshoot).
 	PeakLive int64 `json:"peak_live"`
+	// CPUPerOp is the process's CPU time over the measured phase, user
+	// and system, every thread (the workload's goroutines, the runtime's,
+	// the collector's), in ns per operation; a storm's operations are its
+	// Gets. Time the process waited for a core another program held is not
+	// in it, as it is in NsPerOp: on a busy machine it moves less. 0 where
+	// no process CPU clock is read.
+	CPUPerOp float64 `json:"cpu_ns_per_op,omitempty"`
+	// Pair numbers, from 1, the interleaved pair of runs (epcache, then a
+	// comparator) this run was one half of, where epbench ran it as one
+	// (its CPU figures); 0 for every other run. Run leaves it 0.
+	Pair int `json:"pair,omitempty"`
+	// SpinRatio is how much faster two spinning goroutines ran at this
+	// run's GOMAXPROCS than at 1, measured just before the run, where
+	// epbench measured it (the runs whose ratios need a second core
+	// free); 0 for every other run. Run leaves it 0.
+	SpinRatio float64 `json:"spin_ratio,omitempty"`
 	// Failure says why the run is a failure: a leak, a double release, a
 	// wrong answer, or a broken exactly-once promise. Empty when it is not.
 	Failure string `json:"failure,omitempty"`
@@ -439,6 +455,7 @@ type phase struct {
 	ops, errors, invalidations uint64
 	elapsed, completion        time.Duration
 	allocs                     uint64
+	cpu                        time.Duration // processCPU over the phase
 	hist                       *hdrhistogram.Histogram
 	sampling                   int
 	hitRatio                   float64 // hotset
@@ -458,6 +475,7 @@ func (ph phase) fill(r *Result) {
 	}
 	if ph.ops > 0 {
 		r.AllocsPerOp = float64(ph.allocs) / float64(ph.ops)
+		r.CPUPerOp = float64(ph.cpu) / float64(ph.ops)
 	}
 	h := ph.hist
 	r.P50 = time.Duration(h.ValueAtQuantile(50))

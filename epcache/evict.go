@@ -272,6 +272,7 @@ func (r *room[K, V]) short() bool {
 //
 // The caller holds room.handMu.
 func (c *Cache[K, V]) evictOne() (ok, gaveUp bool) {
+	c.slowdemo() // nothing, but in the epcache_slowdemo build (slowdemo.go)
 	const maxLaps = 8
 	r := c.room
 	picks := r.picks[:0]

@@ -80,7 +80,10 @@ Suites (-suite):
   full     adds zipf access, 1,000,000 peers, a heavy-tailed creation cost
            (lognormal:500us:1.5), tcpstorm at rtt 5ms and 20ms and with
            -ctx cancel to the default suite (several minutes)
-  ci       the short suite CI compares with a baseline (under a minute)
+  ci       the short suite CI compares with a baseline, and its CPU figures:
+           CPU per operation at GOMAXPROCS 1, epcache over otter (hotset),
+           singleflight (storm) and xsync4 (hit), in -pairs interleaved
+           pairs (one to three minutes, as busy as the machine is)
 
 Contexts (-ctx): the Gets pass a context that never ends (background, as a
 send that never gives up on a peer does), or one that can (cancel). epcache
@@ -133,6 +136,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.compare, "compare", "", "baseline results.json to compare with: ratios measured in this run against the baseline's; fails past -margin")
 	fs.Float64Var(&o.margin, "margin", 2, "with -compare: how many times worse than the baseline a ratio may be")
 	fs.IntVar(&o.recheck, "recheck", 2, "with -compare: run the specs of a ratio worse than -margin allows this many more times, and judge the ratio by the medians of all runs (0: judge the first runs)")
+	fs.IntVar(&o.pairs, "pairs", 60, "with -suite ci: interleaved pairs of runs of each CPU figure (epcache, then its comparator, at GOMAXPROCS 1), per -count; -compare judges each figure by the median of its pairs' ratios")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the runs to this file (go tool pprof)")
 	fs.StringVar(&o.debug, "debug", "", "serve a debug page of the epcache caches the runs build at this address (such as localhost:6060) while they run: every peer's state, the totals, creation latency")
 	fs.StringVar(&o.trace, "trace", "", "write an execution trace of the runs to this file (go tool trace): scheduler latency, blocking, creations")
@@ -168,6 +172,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, usageError{fmt.Errorf("-churn %v: want a fraction from 0 to 1", o.churn)}
 	case o.failures < 0:
 		return o, usageError{fmt.Errorf("-failures %d: want 0 or more", o.failures)}
+	case o.pairs < 0:
+		return o, usageError{fmt.Errorf("-pairs %d: want 0 or more", o.pairs)}
 	case o.recheck < 0:
 		return o, usageError{fmt.Errorf("-recheck %d: want 0 or more", o.recheck)}
 	case o.margin < 1:

@@ -77,6 +77,7 @@ type options struct {
 	compare    string
 	margin     float64
 	recheck    int
+	pairs      int
 	cpuprofile string
 	trace      string
 	debug      string
@@ -112,6 +113,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		tables = &tableStream{w: stdout}
 	}
 	results, err := runAll(ctx, specs, o.count, stderr, debug, tables)
+	var pairs []bench.Result // the CPU figures' runs (see guard.go)
+	if err == nil {
+		pairs, err = runPairs(ctx, o.cpuFigures(), o.pairs*o.count)
+	}
 	if perr := stopProfiles(); err == nil {
 		err = perr
 	}
@@ -120,7 +125,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	info := reportInfo{args: args, date: time.Now()}
 	if o.compare != "" {
-		info.comparison, info.compareErr = loadComparison(o.compare, results, o.margin)
+		info.comparison, info.compareErr = loadComparison(o.compare, slices.Concat(results, pairs), o.margin)
 		// A ratio from one run can be a slow phase of the machine that hit
 		// one implementation and not the other. The specs of a worse ratio
 		// run again, and the ratio is taken from the medians of all their
@@ -138,16 +143,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				if tables != nil {
 					writeRechecked(tables, results, again)
 				}
-				info.comparison, info.compareErr = loadComparison(o.compare, results, o.margin)
+				info.comparison, info.compareErr = loadComparison(o.compare, slices.Concat(results, pairs), o.margin)
 				if info.comparison != nil {
 					info.comparison.rechecks = o.recheck
 				}
 			}
 		}
 	}
-	if tables != nil {
-		err = tables.end()
-	} else {
+	// JSON, what a baseline is, has the pairs' runs too, each with its
+	// pair; the other formats show the suite's runs, and the table's
+	// comparison the pairs' figures.
+	switch {
+	case tables != nil:
+		if o.compare == "" { // with -compare, its table shows them
+			err = writeCPUFigures(stdout, pairs)
+		}
+		if eerr := tables.end(); err == nil { // the legend, after every table
+			err = eerr
+		}
+	case o.format == "json":
+		err = write(stdout, o.format, slices.Concat(results, pairs))
+	default:
 		err = write(stdout, o.format, results)
 	}
 	if err != nil {
@@ -160,7 +176,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "epbench: wrote %s (the report: %s)\n", o.out, filepath.Join(o.out, "index.html"))
 	}
 	var failed []string
-	for _, r := range results {
+	for _, r := range slices.Concat(results, pairs) {
 		if r.Failure != "" {
 			failed = append(failed, r.Name()+": "+r.Failure)
 		}
@@ -207,7 +223,7 @@ func runAll(ctx context.Context, specs []bench.Spec, count int, stderr io.Writer
 			bar.Describe(s.Name())
 			s.Seed += uint64(i)
 			debug.begin(s)
-			r, err := bench.Run(ctx, s)
+			r, err := runSpec(ctx, s)
 			bar.Add(1)
 			ran := !errors.Is(err, bench.ErrUnsupported)
 			if err != nil && ran {

@@ -348,3 +348,31 @@ func (b *specBuilder) ci(base bench.Spec) {
 	s.RTT = time.Millisecond
 	b.thrice(s, []string{"epcache", "array", "mutex"})
 }
+
+// cpuFigures returns the CPU figures of the ci suite (see guard.go), none
+// for another suite: hotset, storm and hit (both key types), each at
+// GOMAXPROCS 1.
+func (o options) cpuFigures() []bench.Spec {
+	if o.suite != "ci" {
+		return nil
+	}
+	base := bench.Spec{Dist: "uniform", Procs: 1, Seed: o.seed}
+	hot := hotset(base)
+	hot.Duration = cpuHotsetDuration
+	figs := []bench.Spec{hot}
+	s := base
+	s.Workload, s.Keys, s.Peers, s.Goroutines, s.Cost = "storm", "uint64", 1024, 64, "sleep:1ms"
+	figs = append(figs, s)
+	for _, k := range []string{"uint64", "string"} {
+		s := base
+		s.Workload, s.Keys, s.Peers, s.Goroutines, s.Duration, s.Cost = "hit", k, 1024, 1, cpuHitDuration, "none"
+		figs = append(figs, s)
+	}
+	return figs
+}
+
+// How long each run of a CPU figure's pair measures.
+const (
+	cpuHotsetDuration = 100 * time.Millisecond
+	cpuHitDuration    = 50 * time.Millisecond
+)
