@@ -125,7 +125,10 @@ func waitReady(ctx context.Context, cc *grpc.ClientConn) error {
 func failure(ctx context.Context, cc *grpc.ClientConn) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	err := cc.Invoke(ctx, healthpb.Health_Check_FullMethodName, &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{})
+	// Fail-fast whatever the user's default call options say: a
+	// WaitForReady probe would wait out its timeout on the broken
+	// connection, and come back without the reason.
+	err := cc.Invoke(ctx, healthpb.Health_Check_FullMethodName, &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{}, grpc.WaitForReady(false))
 	if s, ok := status.FromError(err); ok && s.Code() == codes.Unavailable {
 		return fmt.Errorf("connection failed: %s", s.Message())
 	}

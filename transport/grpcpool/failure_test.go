@@ -312,3 +312,18 @@ func TestDoWithANilCall(t *testing.T) {
 		t.Errorf("%d dials for a nil call", st.Dials)
 	}
 }
+
+// TestTheFailureProbeIgnoresTheUsersWaitForReady: a dial that fails
+// reports gRPC's reason (here "connection refused") even when the user's
+// DialOptions make every call wait for a Ready connection by default.
+func TestTheFailureProbeIgnoresTheUsersWaitForReady(t *testing.T) {
+	dead := deadAddr(t)
+	p := newPool(t, grpcpool.Config{DialOptions: []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
+	}})
+	err := p.Do(context.Background(), dead, check)
+	if err == nil || !containsAll(err.Error(), dead, "connection refused") {
+		t.Fatalf("Do on a dead address with WaitForReady by default: %v; want the dial's reason (connection refused)", err)
+	}
+}

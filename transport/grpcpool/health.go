@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
@@ -90,7 +91,10 @@ func (p *Pool) checkOne(ctx context.Context, c *conn) {
 func (p *Pool) check(ctx context.Context, c *conn) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.HealthCheckTimeout)
 	defer cancel()
-	resp, err := healthpb.NewHealthClient(c.cc).Check(ctx, &healthpb.HealthCheckRequest{Service: p.cfg.HealthService})
+	// Fail-fast, as the failure probe: a connection in TRANSIENT_FAILURE
+	// fails its check at once, even where the user's default call
+	// options ask calls to wait for Ready.
+	resp, err := healthpb.NewHealthClient(c.cc).Check(ctx, &healthpb.HealthCheckRequest{Service: p.cfg.HealthService}, grpc.WaitForReady(false))
 	if err != nil {
 		return err
 	}
