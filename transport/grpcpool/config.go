@@ -57,16 +57,20 @@ type Config struct {
 
 	// MaxConns, if positive, bounds the connections open at every instant:
 	// dials in progress, connections in the pool, and dropped connections
-	// whose calls or drain delay still run, all together (the connections
-	// in the pool count in epcache's MaxEntries, the others in a count of
-	// the pool's). When the pool is full, a Do for an address without a
+	// whose calls or drain delay still run, all together, each holding one
+	// slot: one unit of epcache's [epcache.Config.MaxEntries], the only
+	// count (a draining connection holds its unit through a lease of the
+	// pool's). When the pool is full, a Do for an address without a
 	// connection evicts an unleased connection (one no call is using) that
 	// has not been used since the clock hand last passed it, choosing among
 	// those the one asked for least often (a CLOCK weighed by a frequency
 	// sketch): an address called often outlives one called once, even if
 	// that one was called more recently. The policy is epcache's
-	// [epcache.Config.MaxEntries]. When every connection is in use, the Do
-	// waits for one to become free, until its context ends.
+	// [epcache.Config.MaxEntries]. When every connection is in use or
+	// draining, the Do waits for a slot, until its context ends, with an
+	// error that says it waited for a slot under MaxConns. That wait comes
+	// before any dial: it is no failure of the address's, and ErrorTTL
+	// never remembers it.
 	MaxConns int
 
 	// IdleTimeout, if positive, closes a connection no call has used for
@@ -117,7 +121,11 @@ type Config struct {
 	// DrainDelay, if positive, keeps a connection dropped because its member
 	// left (SetMembers) or failed its health checks open for this long after
 	// the drop, whatever its calls do (they keep it open longer if they
-	// run longer). Close cuts drain delays short.
+	// run longer). A draining connection holds its slot under MaxConns,
+	// as a connection in use does: a call that needs a slot evicts an
+	// idle connection rather than wait for a drain. A non-member's
+	// connection never drains (see the package doc). Close cuts drain
+	// delays short.
 	DrainDelay time.Duration
 }
 

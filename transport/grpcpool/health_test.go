@@ -2,6 +2,8 @@ package grpcpool_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -177,8 +179,9 @@ func TestDrainDelay(t *testing.T) {
 	})
 }
 
-// TestMaxConnsCountsDrainingConnections: a dial waits for a draining
-// connection to close when the pool is full.
+// TestMaxConnsCountsDrainingConnections: a draining connection holds its
+// slot; with no connection to evict, a call that needs one waits for a
+// slot until its context ends.
 func TestMaxConnsCountsDrainingConnections(t *testing.T) {
 	a, b := startServer(t), startServer(t)
 	p := newPool(t, grpcpool.Config{MaxConns: 1, DrainDelay: patience})
@@ -189,10 +192,10 @@ func TestMaxConnsCountsDrainingConnections(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- p.Do(ctx, b.addr, check) }()
-	waitFor(t, "the dial waits for the draining connection", func() bool { return p.Stats().SlotWaits == 1 })
+	waitFor(t, "the call waits for the draining connection's slot", func() bool { return p.Stats().SlotWaits == 1 })
 	cancel()
-	if err := <-errc; err != context.Canceled {
-		t.Fatalf("Do: %v; want its ctx's error", err)
+	if err := <-errc; !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "slot under MaxConns") {
+		t.Fatalf("Do: %v; want a wait for a slot under MaxConns, ended by its ctx", err)
 	}
 	if st := p.Stats(); st.PeakOpen != 1 {
 		t.Fatalf("peak %d open; want 1 (MaxConns)", st.PeakOpen)

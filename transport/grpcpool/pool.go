@@ -42,16 +42,17 @@ type Pool struct {
 	mu     sync.Mutex
 	guests map[string]int
 
-	// slots, with MaxConns, holds a token for every connection open or
-	// being dialed, from before Dial to after Close returns: epcache's
-	// MaxEntries counts the connections in the cache, slots also those
-	// that left it and drain.
-	slots chan struct{}
-
-	// open counts the connections Dial returned that are not closed yet;
-	// Close waits for it to fall to zero. dialing counts the dials in
-	// progress, for the same wait.
+	// open counts the dials in progress and the connections they made
+	// that are not closed yet; Close waits for it to fall to zero. The
+	// slots of MaxConns are the cache's room alone (MaxEntries), which
+	// counts the same connections: a dial's from before Create starts,
+	// a connection until its Release returns, a draining one through
+	// the lease its drain holds (dropAndDrain).
 	open sync.WaitGroup
+
+	// probe is a context that has ended: an Acquire with it leases a
+	// connection the cache holds, and never dials or waits (tryLease).
+	probe context.Context
 
 	closing   chan struct{} // closed when Close begins: cuts drain delays and health checks
 	closeOnce sync.Once
@@ -122,9 +123,9 @@ func newPool(cfg Config, now func() time.Time) (*Pool, error) {
 		closing: make(chan struct{}),
 		now:     now,
 	}
-	if cfg.MaxConns > 0 {
-		p.slots = make(chan struct{}, cfg.MaxConns)
-	}
+	probe, cancel := context.WithCancel(context.Background())
+	cancel()
+	p.probe = probe
 	var retry func(int, error) (time.Duration, bool)
 	if user := cfg.DialRetry; user != nil {
 		retry = func(attempt int, err error) (time.Duration, bool) {
@@ -161,11 +162,11 @@ func newPool(cfg Config, now func() time.Time) (*Pool, error) {
 //
 // Do returns call's error as it is. When there is no connection to run call
 // on, it returns ctx.Err() itself if ctx ended while Do waited for a dial,
-// and otherwise an error that names the pool and addr ("grpcpool: dial
-// \"addr\": …"): the dial's (within ErrorTTL, the remembered error of the
-// last dial, at once), a wait for room under MaxConns that ctx ended
-// (wrapping ctx.Err()), or, once Close has begun, one that matches
-// ErrClosed. If addr is not a member (once SetMembers has been called),
+// and otherwise an error that names the pool and addr: the dial's
+// ("grpcpool: dial \"addr\": …"; within ErrorTTL, the remembered error of
+// the last dial, at once), a wait for a slot under MaxConns that ctx ended
+// (wrapping ctx.Err(); no dial's, never remembered), or, once Close has
+// begun, one that matches ErrClosed. If addr is not a member (once SetMembers has been called),
 // call runs all the same, on a connection that the package doc's rule for
 // non-members governs.
 //
@@ -357,7 +358,9 @@ func (p *Pool) noConn(ctx context.Context, addr string, err error) error {
 		// never answers, a Dial that hangs).
 		return fmt.Errorf("grpcpool: dial %q: no Ready connection within DialTimeout (%v): %w", addr, p.cfg.DialTimeout, err)
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		return fmt.Errorf("grpcpool: dial %q: no room under MaxConns before the call's context ended: %w", addr, err)
+		// The cache's wait for room, which comes before any dial: no
+		// failure of the address's, and never remembered.
+		return fmt.Errorf("grpcpool: %q: waited for a free slot under MaxConns (%d) until the call's context ended: %w", addr, p.cfg.MaxConns, err)
 	case errors.Is(err, epcache.ErrGoexit):
 		return fmt.Errorf("grpcpool: dial %q: Config.Dial or Config.DialRetry called runtime.Goexit: %w", addr, err)
 	case errors.As(err, &pe):
@@ -452,7 +455,7 @@ func (p *Pool) dropDeparted(old, set *memberSet) {
 			cause = dropMembership
 		}
 		if p.retire(c.addr, c, cause) {
-			p.drop(c, cause)
+			p.dropAndDrain(c, cause)
 		}
 	}
 }

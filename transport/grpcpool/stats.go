@@ -15,7 +15,7 @@ type Stats struct {
 	DialErrors uint64 // dial attempts that failed: Dial's error or panic, not Ready, DialTimeout, Close
 	ErrorHits  uint64 // Do and Warm answered with a remembered dial failure (ErrorTTL), without a dial
 	Forgotten  uint64 // remembered failures forgotten by SetMembers
-	SlotWaits  uint64 // dials that waited for a draining connection to close (MaxConns)
+	SlotWaits  uint64 // dials that found every slot taken (MaxConns): each waited for an evicted connection to close, or in line (the cache's RoomWaits)
 	Abandoned  uint64 // dials given up, before Dial or once Ready, because their address is not a member and no call to it is left (see the package doc)
 
 	Calls      uint64 // calls Do ran
@@ -50,7 +50,7 @@ type Stats struct {
 // path, and it is one atomic add.
 type counters struct {
 	calls                                                        atomic.Uint64
-	dials, dialErrors, connErrors, forgotten, slotWaits, closed  atomic.Uint64
+	dials, dialErrors, connErrors, forgotten, closed             atomic.Uint64
 	abandoned                                                    atomic.Uint64
 	healthRounds, healthChecks, healthFailures                   atomic.Uint64
 	drops                                                        [numDropCauses]atomic.Uint64
@@ -89,7 +89,7 @@ func (p *Pool) Stats() Stats {
 		DialErrors:      s.dialErrors.Load(),
 		ErrorHits:       c.ErrorHits,
 		Forgotten:       s.forgotten.Load(),
-		SlotWaits:       s.slotWaits.Load(),
+		SlotWaits:       c.RoomWaits,
 		Abandoned:       s.abandoned.Load(),
 		Calls:           s.calls.Load(),
 		ConnErrors:      s.connErrors.Load(),
