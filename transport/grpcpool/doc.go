@@ -79,9 +79,12 @@
 // overlap dial a connection each.
 //
 // The rule covers a dial in flight when SetMembers removes its address: its
-// connection is the non-member's, shared by the calls that wait for it and
-// closed by the last, or when the dial ends if none waits (counted in
-// Stats.Abandoned). [Pool.Warm] skips an address that is not a member: its
+// connection is the non-member's. Every call waiting for that dial, one
+// that asked while the address was a member as well, runs on the one
+// connection it makes, and the last of them closes it; if none waits, it
+// is closed when the dial ends (counted in Stats.Abandoned). A dial whose
+// address leaves and comes back before it ends makes a member's
+// connection, which stays. [Pool.Warm] skips an address that is not a member: its
 // connection would close as Warm returned.
 //
 // # Health checks
@@ -102,6 +105,11 @@
 // opened must be finished or cancelled by then. A call that calls Do for
 // another address while the pool is full (MaxConns) may wait for room that
 // only its own return would free.
+//
+// A call that finds no connection ready in the instant a dial of its
+// address ends, abandoned (no call waited for it), dials again: it had
+// not yet counted itself among the dial's callers, which is what spares
+// the hit path a lock.
 //
 // A dial whose connection stops having a use in the instant between the
 // dial's last look at the members and the cache's publication of the

@@ -206,3 +206,72 @@ func TestADialInFlightWhenItsAddressLeavesIsClosed(t *testing.T) {
 		}
 	})
 }
+
+// gatedDial is a Dial that counts its calls per address, says when one
+// begins, and holds each until the test opens the gate.
+type gatedDial struct {
+	entered chan string
+	gate    chan struct{}
+	d       countingDial
+}
+
+func newGatedDial() *gatedDial {
+	return &gatedDial{entered: make(chan string, 64), gate: make(chan struct{})}
+}
+
+func (g *gatedDial) dial(ctx context.Context, addr string) (*grpc.ClientConn, error) {
+	g.entered <- addr
+	<-g.gate
+	return g.d.dial(ctx, addr)
+}
+
+// TestADialThatSetMembersOvertakesServesTheMemberCallsWaitingForIt: calls
+// that asked for a member's connection wait for its one dial, whatever
+// SetMembers does meanwhile. If the address has left the members when the
+// dial ends, they run on it all the same, and the last of them closes it
+// (the rule for non-members); if it is back, the connection stays.
+func TestADialThatSetMembersOvertakesServesTheMemberCallsWaitingForIt(t *testing.T) {
+	const callers = 4
+	for _, tc := range []struct {
+		name     string
+		during   func(a, b string) [][]string // the SetMembers calls made while the dial runs
+		stays    bool                         // whether the connection stays once the calls are over
+		sentence string
+	}{
+		{"leaves", func(a, b string) [][]string { return [][]string{{a}} }, false, "b leaves the members"},
+		{"leaves-and-returns", func(a, b string) [][]string { return [][]string{{a}, {a, b}} }, true, "b leaves the members and comes back"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := startServer(t), startServer(t)
+			g := newGatedDial()
+			p := newPool(t, grpcpool.Config{Dial: g.dial, DrainDelay: patience, ErrorTTL: patience})
+			p.SetMembers([]string{a.addr, b.addr})
+			errs := make(chan error, callers)
+			for range callers {
+				go func() { errs <- p.Do(context.Background(), b.addr, check) }()
+			}
+			<-g.entered
+			waitFor(t, "every call waits for the dial", func() bool { return p.Stats().Cache.Waits == callers-1 })
+			for _, set := range tc.during(a.addr, b.addr) {
+				p.SetMembers(set)
+			}
+			close(g.gate)
+			for range callers {
+				if err := <-errs; err != nil {
+					t.Errorf("Do: %v", err)
+				}
+			}
+			st := p.Stats()
+			if n := g.d.of(b.addr); n != 1 {
+				t.Errorf("when %s during its dial: %d dials of b for %d calls that waited for one; want 1", tc.sentence, n, callers)
+			}
+			if want := int64(0); tc.stays {
+				if st.Ready != 1 {
+					t.Errorf("when %s during its dial: %d connections ready once the calls are over; want 1 (b is a member)", tc.sentence, st.Ready)
+				}
+			} else if st.Open != want || st.Draining != 0 {
+				t.Errorf("when %s during its dial: Open=%d Draining=%d once the calls are over; want 0 and 0 (a non-member's)", tc.sentence, st.Open, st.Draining)
+			}
+		})
+	}
+}

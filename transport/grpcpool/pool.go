@@ -34,11 +34,13 @@ type Pool struct {
 	members   atomic.Pointer[memberSet]
 	membersMu sync.Mutex // serialises SetMembers
 
-	// guests counts, per address that is not a member, the calls to it
-	// that count themselves (waiting for its connection or running on
-	// it): the rule for non-members' connections (see the package doc)
-	// is decided under mu from these counts. Calls to members do not
-	// count themselves, so that the hit path takes no lock.
+	// guests counts, per address, the calls to it that count themselves
+	// (waiting for its connection or running on it): every call to a
+	// non-member, and every call to a member that found no connection
+	// ready (doCounted). The rule for non-members' connections (see the
+	// package doc) and the abandonment of a dial are decided under mu
+	// from these counts. A call that finds a member's connection ready
+	// does not count itself, so that the hit path takes no lock.
 	mu     sync.Mutex
 	guests map[string]int
 
@@ -179,39 +181,41 @@ func (p *Pool) Do(ctx context.Context, addr string, call func(ctx context.Contex
 	}
 	m := p.members.Load()
 	if m != nil && !m.has(addr) {
-		return p.doNonMember(ctx, addr, call)
+		return p.doCounted(ctx, addr, call)
 	}
-	lease, err := p.cache.Acquire(ctx, addr)
+	// The hit path: probe never dials nor waits, and takes no lock.
+	lease, err := p.cache.Acquire(p.probe, addr)
 	if err != nil {
-		if errors.Is(err, errAbandoned) {
-			// The address left the members while Do waited for its
-			// dial, which had no call of a non-member's to serve: ask
-			// again, as a non-member.
-			p.cache.Forget(addr)
-			return p.Do(ctx, addr, call)
-		}
-		return p.noConn(ctx, addr, err)
+		// No connection ready: the call counts itself while it waits
+		// for the dial, so that the dial serves it whatever SetMembers
+		// does meanwhile (Pool.abandoned).
+		return p.doCounted(ctx, addr, call)
 	}
 	if now := p.members.Load(); now != m && !now.has(addr) {
-		// The address left the members while Do waited for its
-		// connection: the call is a non-member's.
+		// The address left the members as Do took the connection: the
+		// call is a non-member's.
 		return p.run(ctx, addr, lease, call, p.joinConn(addr, lease.Value()))
 	}
 	defer lease.Release() // after a drop in call: the last lease closes the connection
 	return p.call(ctx, lease.Value(), call)
 }
 
-// doNonMember is Do for an address that is not a member: the call counts
-// itself from before it asks for the connection to after it ends, so that
-// the connection is shared by the calls that overlap and closed by the
-// last (see the package doc).
-func (p *Pool) doNonMember(ctx context.Context, addr string, call func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
+// doCounted is Do for a call that counts itself (join) from before it asks
+// for the connection to after it ends: every call to a non-member, so that
+// its connection is shared by the calls that overlap and closed by the last
+// (see the package doc), and every call to a member that found no
+// connection ready, so that a dial that SetMembers overtakes is not
+// abandoned while the call waits for it.
+func (p *Pool) doCounted(ctx context.Context, addr string, call func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
 	p.join(addr)
 	for {
 		lease, err := p.cache.Acquire(ctx, addr)
 		if err != nil {
 			if errors.Is(err, errAbandoned) {
-				p.cache.Forget(addr) // the answer of a dial that ended before this call counted itself
+				// The answer of a dial that ended before this call
+				// counted itself (remembered, with ErrorTTL): not the
+				// address's failure.
+				p.cache.Forget(addr)
 				continue
 			}
 			p.leave(addr)
