@@ -140,30 +140,22 @@ func (p *Pool) closed() {
 }
 
 // release is the cache's Release: c has left the pool and its last lease
-// has ended (a call's, or the drain's: see drainOut). It closes c; the
+// has ended (a call's, or the drain's: see dropMember). It closes c; the
 // cache's room, c's slot under MaxConns, comes back when it returns.
 func (p *Pool) release(_ string, c *conn) {
 	p.closeConn(c)
 }
 
-// drains reports whether a connection dropped for cause waits out
-// DrainDelay: that of a member that left, or that failed its health
-// checks.
-func (p *Pool) drains(cause dropCause) bool {
-	return p.cfg.DrainDelay > 0 && (cause == dropMembership || cause == dropHealth)
-}
-
-// dropAndDrain drops c for cause; if its cause (the first given) is one
-// that drains, c stays open for DrainDelay from the drop. The drain holds
-// a lease of c, taken before the drop, so that the cache counts c in its
-// room (MaxConns) until the drain ends and c's last call returns: a call
-// that needs a slot meanwhile evicts an idle connection, or waits in the
-// cache's line, as for any connection in use.
-func (p *Pool) dropAndDrain(c *conn, cause dropCause) {
-	if cause != notDropped {
-		p.markDropped(c, cause)
-	}
-	if !p.drains(dropCause(c.cause.Load())) {
+// dropMember drops c, a member's connection, for cause: its address left
+// the members, or its health checks failed for the grace period. Unless c
+// had a cause already (the first given counts, and says how c goes), it
+// stays open for DrainDelay from the drop. The drain holds a lease of c,
+// taken before the drop, so that the cache counts c in its room (MaxConns)
+// until the drain ends and c's last call returns: a call that needs a slot
+// meanwhile evicts an idle connection, or waits in the cache's line, as for
+// any connection in use.
+func (p *Pool) dropMember(c *conn, cause dropCause) {
+	if !p.markDropped(c, cause) || p.cfg.DrainDelay <= 0 {
 		p.drop(c, notDropped)
 		return
 	}
@@ -173,8 +165,9 @@ func (p *Pool) dropAndDrain(c *conn, cause dropCause) {
 		leased = false
 	}
 	if !p.drop(c, notDropped) || !leased {
-		// c had left already (no lease could hold it): its drop, by
-		// whoever dropped it first, was the one that counts.
+		// c had left already (no lease could hold it), as a connection
+		// error or an eviction took it: that way out is the one that
+		// counts.
 		if leased {
 			l.Release()
 		}

@@ -83,7 +83,7 @@ func (p *Pool) checkOne(ctx context.Context, c *conn) {
 	now := p.now().UnixNano()
 	c.failingSince.CompareAndSwap(0, now)
 	if time.Duration(now-c.failingSince.Load()) >= p.cfg.HealthCheckGracePeriod {
-		p.dropAndDrain(c, dropHealth)
+		p.dropMember(c, dropHealth)
 	}
 }
 

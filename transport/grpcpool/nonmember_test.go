@@ -2,9 +2,11 @@ package grpcpool_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/epcache/epcache/transport/grpcpool"
 	"google.golang.org/grpc"
@@ -271,6 +273,44 @@ func TestADialThatSetMembersOvertakesServesTheMemberCallsWaitingForIt(t *testing
 				}
 			} else if st.Open != want || st.Draining != 0 {
 				t.Errorf("when %s during its dial: Open=%d Draining=%d once the calls are over; want 0 and 0 (a non-member's)", tc.sentence, st.Open, st.Draining)
+			}
+		})
+	}
+}
+
+// TestADepartedMembersConnectionClosesWithTheNonMemberCallOnIt: a call
+// that began while its address was not a member holds a connection that
+// becomes a member's, and then a departed member's. It leaves the pool at
+// once, as every departed member's, and closes when that call ends, or
+// drains first (DrainDelay): it never stays open for good.
+func TestADepartedMembersConnectionClosesWithTheNonMemberCallOnIt(t *testing.T) {
+	for _, drain := range []time.Duration{0, patience} {
+		t.Run(fmt.Sprintf("DrainDelay=%v", drain), func(t *testing.T) {
+			a, b := startServer(t), startServer(t)
+			p := newPool(t, grpcpool.Config{DrainDelay: drain})
+			p.SetMembers([]string{a.addr})
+			h := newHeld()
+			h.run(t, p, b.addr) // b is not a member
+			p.SetMembers([]string{a.addr, b.addr})
+			if err := p.Do(context.Background(), b.addr, check); err != nil { // a member's call on the same connection
+				t.Fatal(err)
+			}
+			p.SetMembers([]string{a.addr}) // b departs
+			if st := p.Stats(); st.Ready != 0 {
+				t.Errorf("after b departed: %d connections in the pool; want 0", st.Ready)
+			}
+			if err := h.finish(t); err != nil {
+				t.Fatal(err)
+			}
+			st := p.Stats()
+			if drain == 0 && (st.Open != 0 || st.Draining != 0) {
+				t.Errorf("once the call that began while b was not a member ended, after b departed: Open=%d Draining=%d; want 0 and 0", st.Open, st.Draining)
+			}
+			if drain > 0 && (st.Open != 1 || st.Draining != 1 || st.Ready != 0) {
+				t.Errorf("once the call that began while b was not a member ended, after b departed: Open=%d Draining=%d Ready=%d; want 1, 1, 0 (it drains, and Close ends the drain)", st.Open, st.Draining, st.Ready)
+			}
+			if st.DropsMembership != 1 {
+				t.Errorf("%d drops of a departed member; want 1", st.DropsMembership)
 			}
 		})
 	}

@@ -49,7 +49,7 @@ type Pool struct {
 	// slots of MaxConns are the cache's room alone (MaxEntries), which
 	// counts the same connections: a dial's from before Create starts,
 	// a connection until its Release returns, a draining one through
-	// the lease its drain holds (dropAndDrain).
+	// the lease its drain holds (dropMember).
 	open sync.WaitGroup
 
 	// probe is a context that has ended: an Acquire with it leases a
@@ -443,9 +443,10 @@ func (p *Pool) SetMembers(addrs []string) {
 	p.dropDeparted(old, set)
 }
 
-// dropDeparted drops the connections to addresses not in set: as departed
-// members' if they were in old (nil: every address was), and otherwise as
-// non-members' that no call uses.
+// dropDeparted drops the connections to addresses not in set: a departed
+// member's (one in old; nil: every address was) at once, to drain, whatever
+// calls run on it, those counted as a non-member's included; a
+// non-member's only if no call uses it (retire), else its last call does.
 func (p *Pool) dropDeparted(old, set *memberSet) {
 	var gone []*conn
 	for addr, c := range p.cache.All() {
@@ -454,12 +455,11 @@ func (p *Pool) dropDeparted(old, set *memberSet) {
 		}
 	}
 	for _, c := range gone {
-		cause := dropNonMember
-		if old == nil || old.has(c.addr) {
-			cause = dropMembership
-		}
-		if p.retire(c.addr, c, cause) {
-			p.dropAndDrain(c, cause)
+		switch {
+		case old == nil || old.has(c.addr):
+			p.dropMember(c, dropMembership)
+		case p.retire(c.addr, c, dropNonMember):
+			p.drop(c, dropNonMember)
 		}
 	}
 }
