@@ -59,9 +59,11 @@
 //   - its address is not a member and its last call ended (see below);
 //   - the pool is closed.
 //
-// A connection dropped because its member left or failed its health checks
-// stays open for Config.DrainDelay after the drop, and in every case until
-// its last call returns. Connections that failed, idle connections and
+// A member's connection dropped because the member left or failed its
+// health checks stays open for Config.DrainDelay after the drop, and in
+// every case until its last call returns; it holds its unit of MaxConns
+// meanwhile. A non-member's connection never drains, even when its health
+// checks fail (see below). Connections that failed, idle connections and
 // evicted connections (no call uses them) close as soon as their last call
 // returns.
 //
@@ -75,8 +77,13 @@
 // another runs on it or waits for it uses it. It is closed when the last of
 // them ends, before that call's Do returns; if every call that waited for
 // it left first (its context ended), when its dial ends. It never drains
-// (DrainDelay) and holds no unit of MaxConns after that. Calls that do not
-// overlap dial a connection each.
+// (DrainDelay), whatever dropped it (its health checks included), and holds
+// no unit of MaxConns after that. Calls that do not overlap dial a
+// connection each.
+//
+// A member that departs ([Pool.SetMembers]) has its connection dropped at
+// once, to drain, even when calls that began while its address was not a
+// member still run on it: the departure is a member's.
 //
 // The rule covers a dial in flight when SetMembers removes its address: its
 // connection is the non-member's. Every call waiting for that dial, one

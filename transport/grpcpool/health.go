@@ -83,8 +83,22 @@ func (p *Pool) checkOne(ctx context.Context, c *conn) {
 	now := p.now().UnixNano()
 	c.failingSince.CompareAndSwap(0, now)
 	if time.Duration(now-c.failingSince.Load()) >= p.cfg.HealthCheckGracePeriod {
-		p.dropMember(c, dropHealth)
+		p.dropUnhealthy(c)
 	}
+}
+
+// dropUnhealthy drops c, whose health checks failed for the grace period:
+// a member's drains (dropMember); a non-member's closes when its last call
+// ends, as the rule for non-members says (see the package doc).
+func (p *Pool) dropUnhealthy(c *conn) {
+	p.mu.Lock()
+	member := p.isMember(c.addr)
+	p.mu.Unlock()
+	if member {
+		p.dropMember(c, dropHealth)
+		return
+	}
+	p.drop(c, dropHealth)
 }
 
 // check sends one grpc.health.v1 Check on c: nil if the answer is SERVING.

@@ -201,3 +201,26 @@ func TestMaxConnsCountsDrainingConnections(t *testing.T) {
 		t.Fatalf("peak %d open; want 1 (MaxConns)", st.PeakOpen)
 	}
 }
+
+// TestANonMembersConnectionThatFailsItsHealthChecksDoesNotDrain: the rule
+// for non-members holds for a connection the health checks drop: it closes
+// when its last call ends, never drains, and holds no slot afterwards.
+func TestANonMembersConnectionThatFailsItsHealthChecksDoesNotDrain(t *testing.T) {
+	a, b := startServer(t), startServer(t)
+	p := newPool(t, grpcpool.Config{HealthCheckInterval: time.Millisecond, DrainDelay: patience, MaxConns: 1})
+	p.SetMembers([]string{a.addr})
+	h := newHeld()
+	h.run(t, p, b.addr)
+	b.setServing(false)
+	waitFor(t, "the health checks drop the non-member's connection", func() bool { return p.Stats().DropsHealth == 1 })
+	b.setServing(true)
+	if err := h.finish(t); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.Open != 0 || st.Draining != 0 {
+		t.Fatalf("once the last call on a non-member's unhealthy connection ended: Open=%d Draining=%d; want 0 and 0", st.Open, st.Draining)
+	}
+	if err := p.Do(context.Background(), a.addr, check); err != nil {
+		t.Fatal(err)
+	}
+}
