@@ -40,15 +40,16 @@ func (p *Pool) checkHealth() {
 // healthRound checks every connection of the pool, at most
 // MaxConcurrentHealthChecks at a time, and waits for the checks. It also
 // drops the connections to addresses that are not members that no call
-// uses (one published as SetMembers ran, with no call waiting for it).
+// uses (one published as SetMembers ran, with no call waiting for it),
+// asking the members of the moment for each: a round is long, and a
+// member that SetMembers adds during it is a member for the rest of it.
 func (p *Pool) healthRound(ctx context.Context) {
 	p.st.healthRounds.Add(1)
-	members := p.members.Load()
 	sem := make(chan struct{}, p.cfg.MaxConcurrentHealthChecks)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for addr, c := range p.cache.All() {
-		if members != nil && !members.has(addr) && p.retire(addr, c, dropNonMember) {
+		if p.retire(addr, c) {
 			p.drop(c, dropNonMember)
 			continue
 		}

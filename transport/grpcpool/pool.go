@@ -317,25 +317,25 @@ func (p *Pool) leave(addr string) {
 	}
 }
 
-// retire marks c, addr's connection, dropped for cause unless a call to
-// addr counts itself (join): then the last of those calls drops it. It
-// reports whether it marked c; the caller then drops it.
-func (p *Pool) retire(addr string, c *conn, cause dropCause) bool {
+// retire marks c, addr's connection, dropped as a non-member's if addr is
+// not a member and no call to addr counts itself (join): otherwise the last
+// of those calls drops it, or it is a member's. It reports whether it
+// marked c; the caller then drops it. Membership is read under mu, which
+// SetMembers holds as it changes the members, so that a member added
+// meanwhile is never retired.
+func (p *Pool) retire(addr string, c *conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.guests[addr] == 0 && p.markDropped(c, cause)
+	return !p.isMember(addr) && p.guests[addr] == 0 && p.markDropped(c, dropNonMember)
 }
 
 // abandoned reports whether a dial of addr has nobody to serve: addr is not
 // a member and no call to it counts itself. (A member's dial is kept even
 // when its callers have left: its connection is wanted.)
 func (p *Pool) abandoned(addr string) bool {
-	if p.isMember(addr) {
-		return false
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.guests[addr] == 0
+	return !p.isMember(addr) && p.guests[addr] == 0
 }
 
 // isMember reports whether addr is a member.
@@ -432,7 +432,9 @@ func (p *Pool) SetMembers(addrs []string) {
 	}
 	p.membersMu.Lock()
 	defer p.membersMu.Unlock()
+	p.mu.Lock() // the decisions made under mu see the members before or after, never between
 	old := p.members.Swap(set)
+	p.mu.Unlock()
 	for a := range set.m {
 		if old == nil || !old.has(a) {
 			if p.cache.Forget(a) {
@@ -458,7 +460,7 @@ func (p *Pool) dropDeparted(old, set *memberSet) {
 		switch {
 		case old == nil || old.has(c.addr):
 			p.dropMember(c, dropMembership)
-		case p.retire(c.addr, c, dropNonMember):
+		case p.retire(c.addr, c):
 			p.drop(c, dropNonMember)
 		}
 	}
@@ -502,7 +504,7 @@ func (p *Pool) warm(ctx context.Context, addr string) error {
 		if now := p.members.Load(); now != m && !now.has(addr) {
 			// It left the members while Warm waited for its connection:
 			// no call holds the connection, which goes.
-			if c := lease.Value(); p.retire(addr, c, dropNonMember) {
+			if c := lease.Value(); p.retire(addr, c) {
 				p.drop(c, dropNonMember)
 			}
 		}
