@@ -118,6 +118,27 @@ type Config struct {
 	// server as a whole.
 	HealthService string
 
+	// MaxStreamsPerConn, if positive, is how many calls one connection
+	// carries at once before the pool opens another to the same address
+	// (an HTTP/2 server's SETTINGS_MAX_CONCURRENT_STREAMS, 100 for many,
+	// past which gRPC queues calls on the client). 0: no limit, one
+	// connection per address. A call goes to the least loaded ready
+	// connection of its address, but to the address's highest-numbered
+	// one only when the others are full, so that the connections a falling
+	// load leaves unneeded go unused and IdleTimeout closes them. When
+	// every connection of the address carries MaxStreamsPerConn calls, the
+	// calls that wait are counted onto connections being dialed, each
+	// dialed once: ⌈waiting ÷ MaxStreamsPerConn⌉ dials at once, not one
+	// per caller, not one at a time. Every connection holds a slot under
+	// MaxConns, and a connection error drops the one it happened on. Calls
+	// to a non-member all share its one connection (see the package doc).
+	MaxStreamsPerConn int
+	// MaxConnsPerAddr, with MaxStreamsPerConn, bounds the connections to
+	// one address (0: no bound but MaxConns). A call that finds every
+	// stream of the bound's connections taken runs on the least loaded of
+	// them, over MaxStreamsPerConn, where gRPC queues it.
+	MaxConnsPerAddr int
+
 	// DrainDelay, if positive, keeps a connection dropped because its member
 	// left (SetMembers) or failed its health checks open for this long after
 	// the drop, whatever its calls do (they keep it open longer if they
@@ -147,6 +168,10 @@ func (cfg *Config) validate() error {
 		return fmt.Errorf("grpcpool: Config.HealthCheckGracePeriod is %v; want 0 or a positive duration", cfg.HealthCheckGracePeriod)
 	case cfg.MaxConcurrentHealthChecks < 0:
 		return fmt.Errorf("grpcpool: Config.MaxConcurrentHealthChecks is %d; want 0 (default %d) or a positive count", cfg.MaxConcurrentHealthChecks, DefaultMaxConcurrentHealthChecks)
+	case cfg.MaxStreamsPerConn < 0:
+		return fmt.Errorf("grpcpool: Config.MaxStreamsPerConn is %d; want 0 (no limit, one connection per address) or a positive count", cfg.MaxStreamsPerConn)
+	case cfg.MaxConnsPerAddr < 0:
+		return fmt.Errorf("grpcpool: Config.MaxConnsPerAddr is %d; want 0 (no bound but MaxConns) or a positive count", cfg.MaxConnsPerAddr)
 	case cfg.DrainDelay < 0:
 		return fmt.Errorf("grpcpool: Config.DrainDelay is %v; want 0 (none) or a positive duration", cfg.DrainDelay)
 	}

@@ -22,7 +22,8 @@ import (
 // to use it: Pool.abandoned, asked before Dial and again once the
 // connection is Ready, so that a connection SetMembers overtook is not
 // published).
-func (p *Pool) dial(ctx context.Context, addr string) (_ *conn, err error) {
+func (p *Pool) dial(ctx context.Context, key string) (_ *conn, err error) {
+	addr, link := splitKey(key)
 	if addr == "" {
 		return nil, &dialError{addr, errors.New("empty address")}
 	}
@@ -66,7 +67,10 @@ func (p *Pool) dial(ctx context.Context, addr string) (_ *conn, err error) {
 		return nil, errAbandoned
 	}
 	made = true
-	return &conn{addr: addr, cc: cc}, nil
+	if link > 0 {
+		p.st.grown.Add(1)
+	}
+	return &conn{addr: addr, key: key, link: link, cc: cc}, nil
 }
 
 // callDial calls Config.Dial, turning a panic and a nil connection into
@@ -143,6 +147,9 @@ func (p *Pool) closed() {
 // has ended (a call's, or the drain's: see dropMember). It closes c; the
 // cache's room, c's slot under MaxConns, comes back when it returns.
 func (p *Pool) release(_ string, c *conn) {
+	if c.link > 0 {
+		p.st.shrunk.Add(1)
+	}
 	p.closeConn(c)
 }
 
@@ -159,7 +166,7 @@ func (p *Pool) dropMember(c *conn, cause dropCause) {
 		p.drop(c, notDropped)
 		return
 	}
-	l, leased := p.tryLease(c.addr)
+	l, leased := p.tryLease(c.key)
 	if leased && l.Value() != c {
 		l.Release() // c has left already; this is its replacement's lease
 		leased = false

@@ -94,6 +94,30 @@
 // connection, which stays. [Pool.Warm] skips an address that is not a member: its
 // connection would close as Warm returned.
 //
+// # Several connections per address
+//
+// An HTTP/2 connection carries at most the server's
+// SETTINGS_MAX_CONCURRENT_STREAMS calls at once (100 is common); past it,
+// gRPC queues calls on the client. With Config.MaxStreamsPerConn, a
+// member's calls beyond that many on each of its connections open another
+// connection to the address, up to Config.MaxConnsPerAddr:
+//
+//	pool, err := grpcpool.New(grpcpool.Config{
+//		MaxStreamsPerConn: 100, // the servers' grpc.MaxConcurrentStreams
+//		MaxConnsPerAddr:   8,
+//		IdleTimeout:       time.Minute, // closes the connections a falling load leaves unneeded
+//	})
+//
+// Each connection of an address is dialed once, however many callers need
+// it: the calls that find every stream taken are counted onto the
+// connections being dialed, MaxStreamsPerConn to each, so that 400 waiting
+// callers wait for 4 dials made at once. A call that fits on an open
+// connection never waits for those dials, and a waiting call takes a
+// stream freed meanwhile. Every connection is one slot of MaxConns, is
+// health-checked, drained, dropped by its own connection errors and
+// closed by IdleTimeout like an address's only one; SetMembers and Close
+// reach all of them. Calls to a non-member share its one connection.
+//
 // # Health checks
 //
 // Every HealthCheckInterval, the pool sends a grpc.health.v1 Check

@@ -292,6 +292,8 @@ func TestNewRejectsABadConfigNamingTheField(t *testing.T) {
 		{grpcpool.Config{MaxConcurrentHealthChecks: -1}, "MaxConcurrentHealthChecks"},
 		{grpcpool.Config{DrainDelay: -1}, "DrainDelay"},
 		{grpcpool.Config{ErrorTTL: -1}, "ErrorTTL"},
+		{grpcpool.Config{MaxStreamsPerConn: -1}, "MaxStreamsPerConn"},
+		{grpcpool.Config{MaxConnsPerAddr: -1}, "MaxConnsPerAddr"},
 	} {
 		p, err := grpcpool.New(tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), "Config."+tc.field) {

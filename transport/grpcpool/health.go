@@ -48,8 +48,8 @@ func (p *Pool) healthRound(ctx context.Context) {
 	sem := make(chan struct{}, p.cfg.MaxConcurrentHealthChecks)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for addr, c := range p.cache.All() {
-		if p.retire(addr, c) {
+	for _, c := range p.cache.All() {
+		if p.retire(c.addr, c) {
 			p.drop(c, dropNonMember)
 			continue
 		}

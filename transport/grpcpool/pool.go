@@ -52,6 +52,10 @@ type Pool struct {
 	// the lease its drain holds (dropMember).
 	open sync.WaitGroup
 
+	// streams holds, per address that a call under MaxStreamsPerConn
+	// reached, the count of calls on each of its connections (links.go).
+	streams sync.Map // string → *streams
+
 	// probe is a context that has ended: an Acquire with it leases a
 	// connection the cache holds, and never dials or waits (tryLease).
 	probe context.Context
@@ -66,9 +70,12 @@ type Pool struct {
 	st counters
 }
 
-// conn is one connection of the pool: the value epcache holds per address.
+// conn is one connection of the pool: the value epcache holds per address,
+// or per link of an address under MaxStreamsPerConn (links.go).
 type conn struct {
 	addr string
+	key  string // its cache key: addr, or one of addr's links (linkKey)
+	link int    // its link number: 0 for addr's first connection
 	cc   *grpc.ClientConn
 
 	// cause is why the pool dropped the connection (a dropCause), set once,
@@ -182,6 +189,9 @@ func (p *Pool) Do(ctx context.Context, addr string, call func(ctx context.Contex
 	m := p.members.Load()
 	if m != nil && !m.has(addr) {
 		return p.doCounted(ctx, addr, call)
+	}
+	if p.cfg.MaxStreamsPerConn > 0 {
+		return p.doStreams(ctx, addr, call)
 	}
 	// The hit path: probe never dials nor waits, and takes no lock.
 	lease, err := p.cache.Acquire(p.probe, addr)
@@ -305,14 +315,16 @@ func (p *Pool) leave(addr string) {
 	} else {
 		delete(p.guests, addr)
 	}
-	var c *conn
+	var gone []*conn
 	if n == 0 && !p.isMember(addr) {
-		if cur, ok := p.cache.Load(addr); ok && p.markDropped(cur, dropNonMember) {
-			c = cur
+		for _, key := range p.keysOf(addr) {
+			if cur, ok := p.cache.Load(key); ok && p.markDropped(cur, dropNonMember) {
+				gone = append(gone, cur)
+			}
 		}
 	}
 	p.mu.Unlock()
-	if c != nil {
+	for _, c := range gone {
 		p.drop(c, dropNonMember) // a call's lease, if any, then closes it as it ends
 	}
 }
@@ -408,7 +420,7 @@ func (p *Pool) drop(c *conn, cause dropCause) bool {
 	if cause != notDropped {
 		p.markDropped(c, cause)
 	}
-	if !p.cache.CompareAndInvalidate(c.addr, c) {
+	if !p.cache.CompareAndInvalidate(c.key, c) {
 		return false
 	}
 	p.st.drops[dropCause(c.cause.Load())].Add(1)
@@ -437,7 +449,7 @@ func (p *Pool) SetMembers(addrs []string) {
 	p.mu.Unlock()
 	for a := range set.m {
 		if old == nil || !old.has(a) {
-			if p.cache.Forget(a) {
+			if p.forget(a) {
 				p.st.forgotten.Add(1)
 			}
 		}
@@ -451,8 +463,8 @@ func (p *Pool) SetMembers(addrs []string) {
 // non-member's only if no call uses it (retire), else its last call does.
 func (p *Pool) dropDeparted(old, set *memberSet) {
 	var gone []*conn
-	for addr, c := range p.cache.All() {
-		if !set.has(addr) {
+	for _, c := range p.cache.All() {
+		if !set.has(c.addr) {
 			gone = append(gone, c)
 		}
 	}
@@ -516,7 +528,19 @@ func (p *Pool) warm(ctx context.Context, addr string) error {
 // Forget drops addr's remembered dial failure (ErrorTTL), so that the next
 // Do dials at once; it reports whether there was one still in force.
 func (p *Pool) Forget(addr string) bool {
-	return p.cache.Forget(addr)
+	return p.forget(addr)
+}
+
+// forget drops the remembered dial failures of addr's connections; it
+// reports whether there was one.
+func (p *Pool) forget(addr string) bool {
+	forgot := false
+	for _, key := range p.keysOf(addr) {
+		if p.cache.Forget(key) {
+			forgot = true
+		}
+	}
+	return forgot
 }
 
 // Close shuts the pool down: Do and Warm return an error matching ErrClosed
