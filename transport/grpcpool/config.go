@@ -129,7 +129,10 @@ type Config struct {
 	// every connection of the address carries MaxStreamsPerConn calls, the
 	// calls that wait are counted onto connections being dialed, each
 	// dialed once: ⌈waiting ÷ MaxStreamsPerConn⌉ dials at once, not one
-	// per caller, not one at a time. Every connection holds a slot under
+	// per caller, not one at a time. A call whose growth dial fails (or
+	// whose failure ErrorTTL remembers) runs over the limit on the least
+	// loaded ready connection of its address, if there is one, rather
+	// than fail. Every connection holds a slot under
 	// MaxConns, and a connection error drops the one it happened on. Calls
 	// to a non-member all share its one connection (see the package doc).
 	MaxStreamsPerConn int

@@ -3,6 +3,7 @@ package grpcpool
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,10 +156,10 @@ func (p *Pool) anyReady(links []*link) bool {
 	return false
 }
 
-// pickReady counts a call on the ready link the rule above picks, and
-// leases its connection; ok is false if no ready link has room.
-func (p *Pool) pickReady(links []*link) (l *link, lease epcache.Lease[string, *conn], ok bool) {
-	max := int32(p.cfg.MaxStreamsPerConn)
+// pickReady counts a call on the ready link the rule above picks, among
+// those with fewer than max calls, and leases its connection; ok is false
+// if no ready link has room.
+func (p *Pool) pickReady(links []*link, max int32) (l *link, lease epcache.Lease[string, *conn], ok bool) {
 	for {
 		top := -1
 		for i, l := range links {
@@ -230,7 +231,7 @@ func (p *Pool) reserve(s *streams) *link {
 // doStreams is Do for a member under MaxStreamsPerConn.
 func (p *Pool) doStreams(ctx context.Context, addr string, call func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
 	s := p.streamsOf(addr)
-	if l, lease, ok := p.pickReady(*s.links.Load()); ok {
+	if l, lease, ok := p.pickReady(*s.links.Load(), int32(p.cfg.MaxStreamsPerConn)); ok {
 		defer p.end(s, l)
 		defer lease.Release()
 		return p.call(ctx, lease.Value(), call)
@@ -243,7 +244,7 @@ func (p *Pool) doStreams(ctx context.Context, addr string, call func(ctx context
 		// freed after this look wakes it (streams.end).
 		s.waiting.Add(1)
 		freed := *s.freed.Load()
-		if l, lease, ok := p.pickReady(*s.links.Load()); ok {
+		if l, lease, ok := p.pickReady(*s.links.Load(), int32(p.cfg.MaxStreamsPerConn)); ok {
 			s.waiting.Add(-1)
 			defer p.end(s, l)
 			defer lease.Release()
@@ -274,6 +275,16 @@ func (p *Pool) doStreams(ctx context.Context, addr string, call func(ctx context
 			case errors.Is(err, errAbandoned):
 				p.cache.Forget(l.key)
 				continue
+			case ctx.Err() == nil && !errors.Is(err, epcache.ErrClosed):
+				// The growth dial failed (or ErrorTTL answers with its
+				// failure): the call runs over the limit on a ready
+				// connection, where gRPC queues it, rather than fail
+				// while the address has one.
+				if l, lease, ok := p.pickReady(*s.links.Load(), math.MaxInt32); ok {
+					defer p.end(s, l)
+					defer lease.Release()
+					return p.call(ctx, lease.Value(), call)
+				}
 			}
 			return p.noConn(ctx, addr, err)
 		}

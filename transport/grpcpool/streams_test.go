@@ -2,6 +2,7 @@ package grpcpool_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -406,5 +407,33 @@ func TestStressSeveralConnectionsPerAddress(t *testing.T) {
 	t.Logf("%d calls; %d dials, %d grown, %d shrunk, %d stream waits, %d evicted, peak %d open", st.Calls, st.Dials, st.Grown, st.Shrunk, st.StreamWaits, st.DropsEvicted, st.PeakOpen)
 	if st.Open != 0 || st.Closed != st.Dials || st.PeakOpen > 8 {
 		t.Errorf("after Close: %d open, %d closed of %d dialed, peak %d; want 0, all, at most MaxConns 8", st.Open, st.Closed, st.Dials, st.PeakOpen)
+	}
+}
+
+// TestAFailedGrowthDialFallsBackToAnOpenConnection: when the dial of an
+// extra connection fails, and while ErrorTTL remembers the failure, calls
+// that find every stream taken run over the limit on the open connection,
+// where gRPC queues them, rather than fail.
+func TestAFailedGrowthDialFallsBackToAnOpenConnection(t *testing.T) {
+	s := startServer(t)
+	var dials atomic.Int64
+	var d countingDial
+	p := newPool(t, grpcpool.Config{MaxStreamsPerConn: 1, ErrorTTL: patience, Dial: func(ctx context.Context, addr string) (*grpc.ClientConn, error) {
+		if dials.Add(1) > 1 {
+			return nil, errors.New("test: no second connection")
+		}
+		return d.dial(ctx, addr)
+	}})
+	hs := holdAll(t, p, s.addr, 1) // the one stream of the first connection
+	for i := range 3 {
+		if err := p.Do(context.Background(), s.addr, check); err != nil {
+			t.Errorf("call %d, its growth dial failed: %v; want it run on the open connection", i+1, err)
+		}
+	}
+	if st := p.Stats(); dials.Load() != 2 || st.ErrorHits != 2 || p.ConnsTo(s.addr) != 1 {
+		t.Errorf("%d dials, %d remembered failures answered, %d connections; want 2, 2, 1", dials.Load(), st.ErrorHits, p.ConnsTo(s.addr))
+	}
+	if err := hs[0].finish(t); err != nil {
+		t.Fatal(err)
 	}
 }
