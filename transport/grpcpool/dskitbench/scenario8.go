@@ -37,10 +37,11 @@ var DefaultStreamLimit = StreamLimitConfig{Callers: 500, Streams: 100, Hold: 50 
 //     meanwhile (they fit: each frees its own stream as it ends).
 //
 // After the burst, grpcpool's extra connections are timed until
-// IdleTimeout has closed all but one.
+// IdleTimeout has closed all but one. A third phase ramps looping callers
+// up to Callers and down again, and counts the dials.
 func StreamLimit(cfg StreamLimitConfig) (*Table, error) {
 	t := newTable("8", fmt.Sprintf("stream limit: %d callers at once, MaxConcurrentStreams %d, calls hold %v, dials behind a %v round trip", cfg.Callers, cfg.Streams, cfg.Hold, cfg.RTT),
-		"calls", "failed", "peak at server", "dials", "all done", "÷ (dial + call)", "left after load", "growth: fitting calls delayed ≥ RTT/2", "their p99 wait")
+		"calls", "failed", "peak at server", "dials", "all done", "÷ (dial + call)", "left after load", "growth: fitting calls delayed ≥ RTT/2", "their p99 wait", "ramp: dials", "ramp: left")
 	gauge := &streamGauge{}
 	srv, err := startServerWith(cfg.RTT, grpc.MaxConcurrentStreams(uint32(cfg.Streams)), grpc.StreamInterceptor(gauge.intercept))
 	if err != nil {
@@ -132,12 +133,30 @@ func StreamLimit(cfg StreamLimitConfig) (*Table, error) {
 		if err := p2.Close(); err != nil {
 			return nil, err
 		}
+		// Ramp.
+		d3 := NewDialer()
+		p3, err := pc.make(d3)
+		if err != nil {
+			return nil, err
+		}
+		if err := ramp(p3, srv.Addr, cfg); err != nil {
+			return nil, err
+		}
+		rampLeft, rampLeftCell := -1.0, "n/a"
+		if ep, ok := p3.(*Epcache); ok {
+			rampLeft = float64(ep.ConnsTo(srv.Addr))
+			rampLeftCell = itoa(int64(rampLeft))
+		}
+		rampDials := d3.Attempts.Load()
+		if err := p3.Close(); err != nil {
+			return nil, err
+		}
 		ratio := float64(done) / float64(oneDial+cfg.Hold)
 		t.row(pc.name, map[string]float64{"calls": float64(cfg.Callers), "failed": float64(failed.Load()), "peak_at_server": float64(gauge.peak.Load()),
 			"dials": float64(dials), "all_done_ms": msf(done), "ratio_dial_plus_call": ratio, "shrunk_after_ms": leftAfter,
-			"growth_fitting_delayed": float64(delayed), "growth_fitting_p99_ms": msf(p99)},
+			"growth_fitting_delayed": float64(delayed), "growth_fitting_p99_ms": msf(p99), "ramp_dials": float64(rampDials), "ramp_left": rampLeft},
 			itoa(int64(cfg.Callers)), itoa(failed.Load()), itoa(gauge.peak.Load()), itoa(dials), ms(done), fmt.Sprintf("%.2f", ratio), left,
-			itoa(int64(delayed)), ms(p99))
+			itoa(int64(delayed)), ms(p99), itoa(rampDials), rampLeftCell)
 		if e := example.Load(); e != nil {
 			t.note("%s: a failed call: %s", pc.name, *e)
 		}
@@ -146,6 +165,7 @@ func StreamLimit(cfg StreamLimitConfig) (*Table, error) {
 	t.note("peak at server: Watch streams the server ran at once (gRPC queues the calls past MaxConcurrentStreams on the client); dials: TCP connects at the dialer")
 	t.note("'left after load': grpcpool's connections once the burst is over and one caller goes on with one call at a time, and how long after the burst IdleTimeout %v took to close the others", cfg.IdleTimeout)
 	t.note("growth: %d callers loop over %v calls on a warm connection, then %d more join; a first caller's call 'delayed' waited ≥ %v from Do to its start; its own stream was free, so any wait is the pool's", cfg.Streams, cfg.Hold, max(1, cfg.Streams/10), cfg.RTT/2)
+	t.note("ramp: callers looping over %v calls, %d → %d → %d in steps of %d every %v, then %d for 2× IdleTimeout; 'ramp: dials' against the %d connections the peak needs, 'ramp: left' is grpcpool's connections at the end", cfg.Hold, rampLow(cfg), cfg.Callers, rampLow(cfg), rampStep(cfg), cfg.Hold, rampLow(cfg), (cfg.Callers+cfg.Streams-1)/cfg.Streams)
 	t.note("Dapr's algorithm is written here from the description in issue 43 (dapr pkg/api/grpc/manager/pool.go: a slice of connections per address, a reference count per connection capped at MaxConcurrentStreams, a new connection dialed under the address's write lock), not imported: dapr's module and its dependency tree are not built here")
 	return t, nil
 }
@@ -200,6 +220,56 @@ func growthUnderLoad(p Pool, addr string, cfg StreamLimitConfig) (delayed int, p
 		}
 	}
 	return delayed, quantile(waits, 0.99), nil
+}
+
+func rampLow(cfg StreamLimitConfig) int  { return max(1, cfg.Callers/50) }
+func rampStep(cfg StreamLimitConfig) int { return max(1, (cfg.Callers-rampLow(cfg))/7) }
+
+// ramp runs the ramp phase on p: callers that loop over calls, their
+// number raised from rampLow to Callers and back, one step every Hold,
+// then held at rampLow for twice IdleTimeout.
+func ramp(p Pool, addr string, cfg StreamLimitConfig) error {
+	held := Held(cfg.Hold)
+	var failure atomic.Pointer[error]
+	var wg sync.WaitGroup
+	var stops []*atomic.Bool
+	start := func(n int) {
+		for range n {
+			stop := new(atomic.Bool)
+			stops = append(stops, stop)
+			wg.Go(func() {
+				for !stop.Load() {
+					if err := p.Do(context.Background(), addr, held); err != nil {
+						failure.CompareAndSwap(nil, &err)
+						return
+					}
+				}
+			})
+		}
+	}
+	stopLast := func(n int) {
+		for range min(n, len(stops)) {
+			stops[len(stops)-1].Store(true)
+			stops = stops[:len(stops)-1]
+		}
+	}
+	start(rampLow(cfg))
+	for len(stops) < cfg.Callers {
+		time.Sleep(cfg.Hold)
+		start(min(rampStep(cfg), cfg.Callers-len(stops)))
+	}
+	time.Sleep(4 * cfg.Hold)
+	for len(stops) > rampLow(cfg) {
+		time.Sleep(cfg.Hold)
+		stopLast(min(rampStep(cfg), len(stops)-rampLow(cfg)))
+	}
+	time.Sleep(2*cfg.IdleTimeout + cfg.IdleTimeout/4)
+	stopLast(len(stops))
+	wg.Wait()
+	if e := failure.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // measureDial times one dial alone: NewClient, Connect, wait for Ready.
