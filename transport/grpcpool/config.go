@@ -122,10 +122,11 @@ type Config struct {
 	// carries at once before the pool opens another to the same address
 	// (an HTTP/2 server's SETTINGS_MAX_CONCURRENT_STREAMS, 100 for many,
 	// past which gRPC queues calls on the client). 0: no limit, one
-	// connection per address. A call goes to the least loaded ready
-	// connection of its address, but to the address's highest-numbered
-	// one only when the others are full, so that the connections a falling
-	// load leaves unneeded go unused and IdleTimeout closes them. When
+	// connection per address. A call goes to the least loaded of the ready
+	// connections its address's calls need (the lowest-numbered
+	// ⌈(calls + 1) ÷ MaxStreamsPerConn⌉), so that the connections a falling
+	// load leaves unneeded go unused together and IdleTimeout closes them
+	// in one step. When
 	// every connection of the address carries MaxStreamsPerConn calls, the
 	// calls that wait are counted onto connections being dialed, each
 	// dialed once: ⌈waiting ÷ MaxStreamsPerConn⌉ dials at once, not one

@@ -31,11 +31,14 @@ import (
 // takes a unit of a link's count before it asks for its connection:
 //
 //   - A ready link with fewer than MaxStreamsPerConn calls: the least
-//     loaded of them, except that the highest-numbered ready link takes a
-//     call only when no other has room. That link is the first to go
-//     unused when the load falls, and IdleTimeout closes it; then the next
-//     one down, until the load fits (the first link stays by the rules of
-//     one connection per address).
+//     loaded of the ready links the address's calls need, the
+//     lowest-numbered ⌈(calls + 1) ÷ MaxStreamsPerConn⌉ (the calls of all
+//     its links, this one included), or failing that the lowest-numbered
+//     ready link with room. When the load falls, the links it no longer
+//     needs all go unused at once, and IdleTimeout closes them together
+//     (the first link stays by the rules of one connection per address).
+//     Spreading over every ready link instead would keep each in use, and
+//     shrink one link per IdleTimeout at best.
 //   - Else a link that is not ready (being dialed, or closed since) with
 //     room: the call waits for its dial, which it starts if it is the
 //     first. So ⌈waiting ÷ MaxStreamsPerConn⌉ dials serve the callers
@@ -161,23 +164,31 @@ func (p *Pool) anyReady(links []*link) bool {
 // if no ready link has room.
 func (p *Pool) pickReady(links []*link, max int32) (l *link, lease epcache.Lease[string, *conn], ok bool) {
 	for {
-		top := -1
-		for i, l := range links {
-			if p.ready(l) {
-				top = i
-			}
+		var total int64
+		for _, l := range links {
+			total += int64(l.calls.Load())
 		}
-		best := -1
+		need := int(total/int64(p.cfg.MaxStreamsPerConn)) + 1 // links that carry total+1 calls
+		best, first, seen := -1, -1, 0
 		for i, l := range links {
-			if i == top || !p.ready(l) || l.calls.Load() >= max {
+			if !p.ready(l) {
 				continue
 			}
-			if best < 0 || l.calls.Load() < links[best].calls.Load() {
+			n := l.calls.Load()
+			if n >= max {
+				seen++
+				continue
+			}
+			if first < 0 {
+				first = i
+			}
+			if seen < need && (best < 0 || n < links[best].calls.Load()) {
 				best = i
 			}
+			seen++
 		}
-		if best < 0 && top >= 0 && links[top].calls.Load() < max {
-			best = top
+		if best < 0 {
+			best = first
 		}
 		if best < 0 {
 			return nil, lease, false

@@ -437,3 +437,27 @@ func TestAFailedGrowthDialFallsBackToAnOpenConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestALightLoadGoesToTheFirstConnections: once the load falls, the calls
+// go to the connections it needs, the first ones, so that the others go
+// unused together (and IdleTimeout closes them in one step): two calls,
+// two streams a connection, share the first connection, though two
+// others are open and idle.
+func TestALightLoadGoesToTheFirstConnections(t *testing.T) {
+	s := startServer(t)
+	p := newPool(t, grpcpool.Config{MaxStreamsPerConn: 2})
+	for _, h := range holdAll(t, p, s.addr, 5) { // three connections
+		if err := h.finish(t); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hs := holdAll(t, p, s.addr, 2)
+	if conns, _ := connsOf(hs); conns != 1 || p.ConnsTo(s.addr) != 3 {
+		t.Errorf("2 calls, 2 streams a connection, 3 connections open: the calls ran on %d connections; want 1", conns)
+	}
+	for _, h := range hs {
+		if err := h.finish(t); err != nil {
+			t.Error(err)
+		}
+	}
+}
