@@ -83,7 +83,7 @@ test-grpc: ## the gRPC pool (transport/grpcpool), on its own as its users build 
 	cd transport/grpcpool && GOWORK=off $(GO) test -race -count=1 ./...
 
 .PHONY: results-grpc
-results-grpc: ## the gRPC pool against Grafana dskit's ring client pool, seven scenarios on real gRPC servers, into results/grpcpool (about two minutes)
+results-grpc: ## the gRPC pool against Grafana dskit's ring client pool, eight scenarios on real gRPC servers, into results/grpcpool (about two minutes)
 	cd transport/grpcpool/dskitbench && GOWORK=off $(GO) test -race -count=1 ./...
 	cd transport/grpcpool/dskitbench && GOWORK=off $(GO) run ./cmd/grpcbench -out $(CURDIR)/$(RESULTS)/grpcpool
 

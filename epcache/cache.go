@@ -92,7 +92,10 @@ func New[K comparable, V any](cfg Config[K, V]) (*Cache[K, V], error) {
 // slot's state; the hits after it write nothing. On a miss, Get waits for
 // the creation's outcome: the value, or the error of the final attempt
 // (remembered only with ErrorTTL), or ctx.Err() as soon as its own ctx
-// ends, while the creation goes on for the others.
+// ends, while the creation goes on for the others. A Get whose ctx has
+// ended already is a probe: on a miss it returns ctx.Err() at once, and
+// starts no creation and waits for none (an Acquire likewise leases a
+// ready value and nothing else).
 //
 // Once Close has begun, Get returns ErrClosed.
 func (c *Cache[K, V]) Get(ctx context.Context, key K) (V, error) {

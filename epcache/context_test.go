@@ -85,3 +85,55 @@ func TestCreationContextAllocatesNothingUntilDone(t *testing.T) {
 	assert.Equal(t, none, polled, "Err, Value and Deadline allocate nothing")
 	assert.LessOrEqual(t, done, none+1, "Done allocates its channel and nothing else")
 }
+
+// A Get or Acquire whose ctx has ended already is a probe: it returns a
+// ready value (leased, for Acquire), and for a key with no ready value
+// (absent, being created, a remembered failure) ctx.Err() at once,
+// starting no creation and waiting for none. transport/grpcpool's hit
+// path and drains rely on it.
+func TestAnEndedContextProbesWithoutCreatingOrWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gate := make(chan struct{})
+		c, err := epcache.New(epcache.Config[int, int]{
+			ErrorTTL: time.Hour,
+			Create: func(ctx context.Context, k int) (int, error) {
+				switch k {
+				case 2:
+					<-gate
+				case 3:
+					return 0, assert.AnError
+				}
+				return k, nil
+			},
+		})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, c.Close()) }()
+		_, err = c.Get(context.Background(), 1) // ready
+		require.NoError(t, err)
+		go func() { _, _ = c.Get(context.Background(), 2) }() // being created
+		_, err = c.Get(context.Background(), 3)               // remembered failure
+		require.Error(t, err)
+		synctest.Wait()
+		attempts := c.Stats().Attempts
+
+		ended, cancel := context.WithCancel(context.Background())
+		cancel()
+		l, err := c.Acquire(ended, 1)
+		require.NoError(t, err, "a ready value")
+		assert.Equal(t, 1, l.Value())
+		l.Release()
+		v, err := c.Get(ended, 1)
+		require.NoError(t, err)
+		assert.Equal(t, 1, v)
+		for _, k := range []int{2, 3, 4} {
+			_, err := c.Acquire(ended, k)
+			assert.ErrorIs(t, err, context.Canceled, "key %d", k)
+			_, err = c.Get(ended, k)
+			assert.ErrorIs(t, err, context.Canceled, "key %d", k)
+		}
+		st := c.Stats()
+		assert.Equal(t, attempts, st.Attempts, "no creation started")
+		assert.Zero(t, st.Waits, "no wait")
+		close(gate)
+	})
+}

@@ -108,7 +108,7 @@ func run() error {
 	for _, x := range []struct{ file, title, about string }{
 		{"ucxstorm.txt", "ucxstorm", "`make results-ucx`: UCX endpoints between 16 workers of one process (needs libucx-dev)."},
 		{"epmesh/epmesh.txt", "Across processes: epmesh", "etcd/cmd/epmesh: N processes, each a transport/tcp peer, finding each other through an embedded etcd (the etcd module); see [results/epmesh/](results/epmesh/) for the commands and the machine."},
-		{"grpcpool/results.txt", "gRPC connection pool against dskit", "transport/grpcpool beside Grafana dskit's ring/client.Pool, seven scenarios, real gRPC servers on loopback; see [results/grpcpool/](results/grpcpool/)."},
+		{"grpcpool/results.txt", "gRPC connection pool against dskit", "transport/grpcpool beside Grafana dskit's ring/client.Pool, eight scenarios, real gRPC servers on loopback; see [results/grpcpool/](results/grpcpool/)."},
 		{"directory/results.txt", "The directory at scale", "etcd/etcddir's modes against an embedded etcd; see [results/directory/](results/directory/)."},
 	} {
 		if extras[x.file] != "" {

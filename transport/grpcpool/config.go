@@ -57,16 +57,20 @@ type Config struct {
 
 	// MaxConns, if positive, bounds the connections open at every instant:
 	// dials in progress, connections in the pool, and dropped connections
-	// whose calls or drain delay still run, all together (the connections
-	// in the pool count in epcache's MaxEntries, the others in a count of
-	// the pool's). When the pool is full, a Do for an address without a
+	// whose calls or drain delay still run, all together, each holding one
+	// slot: one unit of epcache's [epcache.Config.MaxEntries], the only
+	// count (a draining connection holds its unit through a lease of the
+	// pool's). When the pool is full, a Do for an address without a
 	// connection evicts an unleased connection (one no call is using) that
 	// has not been used since the clock hand last passed it, choosing among
 	// those the one asked for least often (a CLOCK weighed by a frequency
 	// sketch): an address called often outlives one called once, even if
 	// that one was called more recently. The policy is epcache's
-	// [epcache.Config.MaxEntries]. When every connection is in use, the Do
-	// waits for one to become free, until its context ends.
+	// [epcache.Config.MaxEntries]. When every connection is in use or
+	// draining, the Do waits for a slot, until its context ends, with an
+	// error that says it waited for a slot under MaxConns. That wait comes
+	// before any dial: it is no failure of the address's, and ErrorTTL
+	// never remembers it.
 	MaxConns int
 
 	// IdleTimeout, if positive, closes a connection no call has used for
@@ -114,10 +118,39 @@ type Config struct {
 	// server as a whole.
 	HealthService string
 
+	// MaxStreamsPerConn, if positive, is how many calls one connection
+	// carries at once before the pool opens another to the same address
+	// (an HTTP/2 server's SETTINGS_MAX_CONCURRENT_STREAMS, 100 for many,
+	// past which gRPC queues calls on the client). 0: no limit, one
+	// connection per address. A call goes to the least loaded of the ready
+	// connections its address's calls need (the lowest-numbered
+	// ⌈(calls + 1) ÷ MaxStreamsPerConn⌉), so that the connections a falling
+	// load leaves unneeded go unused together and IdleTimeout closes them
+	// in one step. When
+	// every connection of the address carries MaxStreamsPerConn calls, the
+	// calls that wait are counted onto connections being dialed, each
+	// dialed once: ⌈waiting ÷ MaxStreamsPerConn⌉ dials at once, not one
+	// per caller, not one at a time. A call whose growth dial fails (or
+	// whose failure ErrorTTL remembers) runs over the limit on the least
+	// loaded ready connection of its address, if there is one, rather
+	// than fail. Every connection holds a slot under
+	// MaxConns, and a connection error drops the one it happened on. Calls
+	// to a non-member all share its one connection (see the package doc).
+	MaxStreamsPerConn int
+	// MaxConnsPerAddr, with MaxStreamsPerConn, bounds the connections to
+	// one address (0: no bound but MaxConns). A call that finds every
+	// stream of the bound's connections taken runs on the least loaded of
+	// them, over MaxStreamsPerConn, where gRPC queues it.
+	MaxConnsPerAddr int
+
 	// DrainDelay, if positive, keeps a connection dropped because its member
 	// left (SetMembers) or failed its health checks open for this long after
 	// the drop, whatever its calls do (they keep it open longer if they
-	// run longer). Close cuts drain delays short.
+	// run longer). A draining connection holds its slot under MaxConns,
+	// as a connection in use does: a call that needs a slot evicts an
+	// idle connection rather than wait for a drain. A non-member's
+	// connection never drains (see the package doc). Close cuts drain
+	// delays short.
 	DrainDelay time.Duration
 }
 
@@ -139,6 +172,10 @@ func (cfg *Config) validate() error {
 		return fmt.Errorf("grpcpool: Config.HealthCheckGracePeriod is %v; want 0 or a positive duration", cfg.HealthCheckGracePeriod)
 	case cfg.MaxConcurrentHealthChecks < 0:
 		return fmt.Errorf("grpcpool: Config.MaxConcurrentHealthChecks is %d; want 0 (default %d) or a positive count", cfg.MaxConcurrentHealthChecks, DefaultMaxConcurrentHealthChecks)
+	case cfg.MaxStreamsPerConn < 0:
+		return fmt.Errorf("grpcpool: Config.MaxStreamsPerConn is %d; want 0 (no limit, one connection per address) or a positive count", cfg.MaxStreamsPerConn)
+	case cfg.MaxConnsPerAddr < 0:
+		return fmt.Errorf("grpcpool: Config.MaxConnsPerAddr is %d; want 0 (no bound but MaxConns) or a positive count", cfg.MaxConnsPerAddr)
 	case cfg.DrainDelay < 0:
 		return fmt.Errorf("grpcpool: Config.DrainDelay is %v; want 0 (none) or a positive duration", cfg.DrainDelay)
 	}

@@ -15,23 +15,21 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// dial is the cache's Create: one attempt at addr's connection, Ready. It
-// takes a slot (MaxConns) before Dial and gives it back, with the
-// connection closed, if the attempt does not end with a connection: it
-// fails, panics, is cut short by runtime.Goexit, or is abandoned (nobody is
-// left to use it: Pool.abandoned, asked before the slot and again once the
+// dial is the cache's Create: one attempt at addr's connection, Ready. Its
+// slot under MaxConns is the cache's room, taken before Create starts. It
+// closes the connection if the attempt does not end with one: it fails,
+// panics, is cut short by runtime.Goexit, or is abandoned (nobody is left
+// to use it: Pool.abandoned, asked before Dial and again once the
 // connection is Ready, so that a connection SetMembers overtook is not
 // published).
-func (p *Pool) dial(ctx context.Context, addr string) (_ *conn, err error) {
+func (p *Pool) dial(ctx context.Context, key string) (_ *conn, err error) {
+	addr, link := splitKey(key)
 	if addr == "" {
 		return nil, &dialError{addr, errors.New("empty address")}
 	}
 	if p.abandoned(addr) {
 		p.st.abandoned.Add(1)
 		return nil, errAbandoned
-	}
-	if err := p.takeSlot(ctx); err != nil {
-		return nil, &dialError{addr, fmt.Errorf("no room under MaxConns: %w", err)}
 	}
 	p.st.dials.Add(1)
 	p.st.opening()
@@ -69,7 +67,10 @@ func (p *Pool) dial(ctx context.Context, addr string) (_ *conn, err error) {
 		return nil, errAbandoned
 	}
 	made = true
-	return &conn{addr: addr, cc: cc}, nil
+	if link > 0 {
+		p.st.grown.Add(1)
+	}
+	return &conn{addr: addr, key: key, link: link, cc: cc}, nil
 }
 
 // callDial calls Config.Dial, turning a panic and a nil connection into
@@ -125,63 +126,69 @@ func waitReady(ctx context.Context, cc *grpc.ClientConn) error {
 func failure(ctx context.Context, cc *grpc.ClientConn) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	err := cc.Invoke(ctx, healthpb.Health_Check_FullMethodName, &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{})
+	// Fail-fast whatever the user's default call options say: a
+	// WaitForReady probe would wait out its timeout on the broken
+	// connection, and come back without the reason.
+	err := cc.Invoke(ctx, healthpb.Health_Check_FullMethodName, &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{}, grpc.WaitForReady(false))
 	if s, ok := status.FromError(err); ok && s.Code() == codes.Unavailable {
 		return fmt.Errorf("connection failed: %s", s.Message())
 	}
 	return errors.New("connection failed (TRANSIENT_FAILURE)")
 }
 
-// takeSlot takes a slot under MaxConns (with no bound, at once), or returns
-// ctx's error.
-func (p *Pool) takeSlot(ctx context.Context) error {
-	if p.slots == nil {
-		return nil
-	}
-	select {
-	case p.slots <- struct{}{}:
-		return nil
-	default:
-	}
-	p.st.slotWaits.Add(1)
-	select {
-	case p.slots <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-p.closing:
-		return ErrClosed
-	}
-}
-
-// closed accounts for a connection closed (or a dial failed): its slot
-// comes back, and Close stops waiting for it.
+// closed accounts for a connection closed (or a dial failed): Close stops
+// waiting for it.
 func (p *Pool) closed() {
 	p.st.closing()
-	if p.slots != nil {
-		<-p.slots
-	}
 	p.open.Done()
 }
 
-// release is the cache's Release: c has left the pool and its last call
-// has returned. It closes c now, or once the rest of its drain delay has
-// passed (a goroutine of its own waits for it; Close cuts it short).
+// release is the cache's Release: c has left the pool and its last lease
+// has ended (a call's, or the drain's: see dropMember). It closes c; the
+// cache's room, c's slot under MaxConns, comes back when it returns.
 func (p *Pool) release(_ string, c *conn) {
-	cause := dropCause(c.cause.Load())
-	if p.cfg.DrainDelay > 0 && (cause == dropMembership || cause == dropHealth) {
-		wait := time.Duration(c.droppedAt.Load()+int64(p.cfg.DrainDelay)) - time.Duration(p.now().UnixNano())
-		if wait > 0 {
-			p.st.draining.Add(1)
-			go p.drain(c, wait)
-			return
-		}
+	if c.link > 0 {
+		p.st.shrunk.Add(1)
 	}
 	p.closeConn(c)
 }
 
-// drain closes c after wait, or as soon as Close begins.
-func (p *Pool) drain(c *conn, wait time.Duration) {
+// dropMember drops c, a member's connection, for cause: its address left
+// the members, or its health checks failed for the grace period. Unless c
+// had a cause already (the first given counts, and says how c goes), it
+// stays open for DrainDelay from the drop. The drain holds a lease of c,
+// taken before the drop, so that the cache counts c in its room (MaxConns)
+// until the drain ends and c's last call returns: a call that needs a slot
+// meanwhile evicts an idle connection, or waits in the cache's line, as for
+// any connection in use.
+func (p *Pool) dropMember(c *conn, cause dropCause) {
+	if !p.markDropped(c, cause) || p.cfg.DrainDelay <= 0 {
+		p.drop(c, notDropped)
+		return
+	}
+	l, leased := p.tryLease(c.key)
+	if leased && l.Value() != c {
+		l.Release() // c has left already; this is its replacement's lease
+		leased = false
+	}
+	if !p.drop(c, notDropped) || !leased {
+		// c had left already (no lease could hold it), as a connection
+		// error or an eviction took it: that way out is the one that
+		// counts.
+		if leased {
+			l.Release()
+		}
+		return
+	}
+	p.st.draining.Add(1)
+	wait := time.Duration(c.droppedAt.Load()+int64(p.cfg.DrainDelay)) - time.Duration(p.now().UnixNano())
+	go p.drainOut(l, wait)
+}
+
+// drainOut ends the drain's lease l after wait, or as soon as Close begins;
+// the connection closes then if no call is left on it, else when the last
+// returns.
+func (p *Pool) drainOut(l epcache.Lease[string, *conn], wait time.Duration) {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
@@ -189,7 +196,15 @@ func (p *Pool) drain(c *conn, wait time.Duration) {
 	case <-p.closing:
 	}
 	p.st.draining.Add(-1)
-	p.closeConn(c)
+	l.Release()
+}
+
+// tryLease leases addr's connection if the pool holds one now, without
+// dialing or waiting: an Acquire with a context that has ended answers a
+// hit with a lease, and anything else with the context's error at once.
+func (p *Pool) tryLease(addr string) (epcache.Lease[string, *conn], bool) {
+	l, err := p.cache.Acquire(p.probe, addr)
+	return l, err == nil
 }
 
 func (p *Pool) closeConn(c *conn) {

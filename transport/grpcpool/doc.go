@@ -59,9 +59,11 @@
 //   - its address is not a member and its last call ended (see below);
 //   - the pool is closed.
 //
-// A connection dropped because its member left or failed its health checks
-// stays open for Config.DrainDelay after the drop, and in every case until
-// its last call returns. Connections that failed, idle connections and
+// A member's connection dropped because the member left or failed its
+// health checks stays open for Config.DrainDelay after the drop, and in
+// every case until its last call returns; it holds its unit of MaxConns
+// meanwhile. A non-member's connection never drains, even when its health
+// checks fail (see below). Connections that failed, idle connections and
 // evicted connections (no call uses them) close as soon as their last call
 // returns.
 //
@@ -75,14 +77,46 @@
 // another runs on it or waits for it uses it. It is closed when the last of
 // them ends, before that call's Do returns; if every call that waited for
 // it left first (its context ended), when its dial ends. It never drains
-// (DrainDelay) and holds no unit of MaxConns after that. Calls that do not
-// overlap dial a connection each.
+// (DrainDelay), whatever dropped it (its health checks included), and holds
+// no unit of MaxConns after that. Calls that do not overlap dial a
+// connection each.
+//
+// A member that departs ([Pool.SetMembers]) has its connection dropped at
+// once, to drain, even when calls that began while its address was not a
+// member still run on it: the departure is a member's.
 //
 // The rule covers a dial in flight when SetMembers removes its address: its
-// connection is the non-member's, shared by the calls that wait for it and
-// closed by the last, or when the dial ends if none waits (counted in
-// Stats.Abandoned). [Pool.Warm] skips an address that is not a member: its
+// connection is the non-member's. Every call waiting for that dial, one
+// that asked while the address was a member as well, runs on the one
+// connection it makes, and the last of them closes it; if none waits, it
+// is closed when the dial ends (counted in Stats.Abandoned). A dial whose
+// address leaves and comes back before it ends makes a member's
+// connection, which stays. [Pool.Warm] skips an address that is not a member: its
 // connection would close as Warm returned.
+//
+// # Several connections per address
+//
+// An HTTP/2 connection carries at most the server's
+// SETTINGS_MAX_CONCURRENT_STREAMS calls at once (100 is common); past it,
+// gRPC queues calls on the client. With Config.MaxStreamsPerConn, a
+// member's calls beyond that many on each of its connections open another
+// connection to the address, up to Config.MaxConnsPerAddr:
+//
+//	pool, err := grpcpool.New(grpcpool.Config{
+//		MaxStreamsPerConn: 100, // the servers' grpc.MaxConcurrentStreams
+//		MaxConnsPerAddr:   8,
+//		IdleTimeout:       time.Minute, // closes the connections a falling load leaves unneeded
+//	})
+//
+// Each connection of an address is dialed once, however many callers need
+// it: the calls that find every stream taken are counted onto the
+// connections being dialed, MaxStreamsPerConn to each, so that 400 waiting
+// callers wait for 4 dials made at once. A call that fits on an open
+// connection never waits for those dials, and a waiting call takes a
+// stream freed meanwhile. Every connection is one slot of MaxConns, is
+// health-checked, drained, dropped by its own connection errors and
+// closed by IdleTimeout like an address's only one; SetMembers and Close
+// reach all of them. Calls to a non-member share its one connection.
 //
 // # Health checks
 //
@@ -102,6 +136,11 @@
 // opened must be finished or cancelled by then. A call that calls Do for
 // another address while the pool is full (MaxConns) may wait for room that
 // only its own return would free.
+//
+// A call that finds no connection ready in the instant a dial of its
+// address ends, abandoned (no call waited for it), dials again: it had
+// not yet counted itself among the dial's callers, which is what spares
+// the hit path a lock.
 //
 // A dial whose connection stops having a use in the instant between the
 // dial's last look at the members and the cache's publication of the

@@ -2,12 +2,14 @@ package grpcpool_test
 
 import (
 	"context"
+	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -155,5 +157,92 @@ func TestConcurrentFirstCallsEvictNoMoreThanNeeded(t *testing.T) {
 	}
 	if bad > 0 {
 		t.Logf("%d of %d rounds evicted too many", bad, rounds)
+	}
+}
+
+// slotDisagreement reports whether the pool waits for a slot under
+// MaxConns that the cache underneath does not know is taken: the pool's
+// count of slot waits runs ahead of the cache's waits for room.
+func slotDisagreement(st grpcpool.Stats) bool { return st.SlotWaits > st.Cache.RoomWaits }
+
+// TestUnderMaxConnsACallEvictsAnIdleConnectionRatherThanWaitForADrainingOne:
+// a draining connection holds its slot, and the cache knows it: a call
+// that needs a slot evicts a connection no call uses, at once, rather
+// than wait for the drain.
+func TestUnderMaxConnsACallEvictsAnIdleConnectionRatherThanWaitForADrainingOne(t *testing.T) {
+	a, b, c := startServer(t), startServer(t), startServer(t)
+	p := newPool(t, grpcpool.Config{MaxConns: 2, DrainDelay: patience})
+	if err := p.Warm(context.Background(), a.addr, b.addr); err != nil {
+		t.Fatal(err)
+	}
+	p.SetMembers([]string{b.addr, c.addr})
+	waitFor(t, "a drains", func() bool { return p.Stats().Draining == 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Do(ctx, c.addr, check) }()
+	var err error
+	waitFor(t, "the call returns, or waits for a slot the cache does not count", func() bool {
+		select {
+		case err = <-done:
+			return true
+		default:
+			return slotDisagreement(p.Stats())
+		}
+	})
+	if st := p.Stats(); slotDisagreement(st) {
+		cancel()
+		<-done
+		t.Fatalf("the call to c waits for the draining connection's slot (SlotWaits=%d, the cache's RoomWaits=%d, Room=%d of 2) while b's connection is idle; want b evicted", st.SlotWaits, st.Cache.RoomWaits, st.Cache.Room)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.DropsEvicted != 1 || st.Draining != 1 || st.Open != 2 || st.PeakOpen != 2 {
+		t.Errorf("after the call to c: %d evicted, %d draining, %d open, peak %d; want 1, 1, 2, 2", st.DropsEvicted, st.Draining, st.Open, st.PeakOpen)
+	}
+}
+
+// TestAWaitForASlotIsNotADialFailure: a call that waits for a slot under
+// MaxConns and leaves on its context gets an error that says so, naming
+// the pool and the address and wrapping ctx.Err(); the wait was no dial,
+// so nothing is remembered (ErrorTTL): the next call waits for a slot
+// again.
+func TestAWaitForASlotIsNotADialFailure(t *testing.T) {
+	a, b := startServer(t), startServer(t)
+	p := newPool(t, grpcpool.Config{MaxConns: 1, DrainDelay: patience, ErrorTTL: patience})
+	if err := p.Warm(context.Background(), a.addr); err != nil {
+		t.Fatal(err)
+	}
+	p.SetMembers([]string{b.addr}) // a drains, holding the one slot
+	for i := range 2 {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Do(ctx, b.addr, check) }()
+		var err error
+		waitFor(t, "the call waits for a slot, or returns", func() bool {
+			select {
+			case err = <-done:
+				return true
+			default:
+				return p.Stats().SlotWaits == uint64(i+1)
+			}
+		})
+		if err == nil {
+			cancel()
+			err = <-done
+		}
+		cancel()
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		}
+		if !errors.Is(err, context.Canceled) || !strings.HasPrefix(msg, "grpcpool: ") || !strings.Contains(msg, strconv.Quote(b.addr)) ||
+			!strings.Contains(msg, "slot under MaxConns") || strings.Contains(msg, "DialTimeout") {
+			t.Fatalf("call %d, left while it waited for a slot: %v; want a grpcpool error naming %q that says it waited for a slot under MaxConns, wrapping context.Canceled", i+1, err, b.addr)
+		}
+		if st := p.Stats(); st.ErrorHits != 0 || st.DialErrors != 0 || st.Cache.CreateErrors != 0 || st.Dials != 1 {
+			t.Fatalf("after call %d waited for a slot: ErrorHits=%d DialErrors=%d, the cache's CreateErrors=%d, Dials=%d; want 0, 0, 0, 1 (a's)", i+1, st.ErrorHits, st.DialErrors, st.Cache.CreateErrors, st.Dials)
+		}
 	}
 }

@@ -292,6 +292,8 @@ func TestNewRejectsABadConfigNamingTheField(t *testing.T) {
 		{grpcpool.Config{MaxConcurrentHealthChecks: -1}, "MaxConcurrentHealthChecks"},
 		{grpcpool.Config{DrainDelay: -1}, "DrainDelay"},
 		{grpcpool.Config{ErrorTTL: -1}, "ErrorTTL"},
+		{grpcpool.Config{MaxStreamsPerConn: -1}, "MaxStreamsPerConn"},
+		{grpcpool.Config{MaxConnsPerAddr: -1}, "MaxConnsPerAddr"},
 	} {
 		p, err := grpcpool.New(tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), "Config."+tc.field) {
@@ -310,5 +312,20 @@ func TestDoWithANilCall(t *testing.T) {
 	}
 	if st := p.Stats(); st.Dials != 0 {
 		t.Errorf("%d dials for a nil call", st.Dials)
+	}
+}
+
+// TestTheFailureProbeIgnoresTheUsersWaitForReady: a dial that fails
+// reports gRPC's reason (here "connection refused") even when the user's
+// DialOptions make every call wait for a Ready connection by default.
+func TestTheFailureProbeIgnoresTheUsersWaitForReady(t *testing.T) {
+	dead := deadAddr(t)
+	p := newPool(t, grpcpool.Config{DialOptions: []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
+	}})
+	err := p.Do(context.Background(), dead, check)
+	if err == nil || !containsAll(err.Error(), dead, "connection refused") {
+		t.Fatalf("Do on a dead address with WaitForReady by default: %v; want the dial's reason (connection refused)", err)
 	}
 }

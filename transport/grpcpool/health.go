@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
@@ -39,15 +40,16 @@ func (p *Pool) checkHealth() {
 // healthRound checks every connection of the pool, at most
 // MaxConcurrentHealthChecks at a time, and waits for the checks. It also
 // drops the connections to addresses that are not members that no call
-// uses (one published as SetMembers ran, with no call waiting for it).
+// uses (one published as SetMembers ran, with no call waiting for it),
+// asking the members of the moment for each: a round is long, and a
+// member that SetMembers adds during it is a member for the rest of it.
 func (p *Pool) healthRound(ctx context.Context) {
 	p.st.healthRounds.Add(1)
-	members := p.members.Load()
 	sem := make(chan struct{}, p.cfg.MaxConcurrentHealthChecks)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for addr, c := range p.cache.All() {
-		if members != nil && !members.has(addr) && p.retire(addr, c, dropNonMember) {
+	for _, c := range p.cache.All() {
+		if p.retire(c.addr, c) {
 			p.drop(c, dropNonMember)
 			continue
 		}
@@ -82,15 +84,32 @@ func (p *Pool) checkOne(ctx context.Context, c *conn) {
 	now := p.now().UnixNano()
 	c.failingSince.CompareAndSwap(0, now)
 	if time.Duration(now-c.failingSince.Load()) >= p.cfg.HealthCheckGracePeriod {
-		p.drop(c, dropHealth)
+		p.dropUnhealthy(c)
 	}
+}
+
+// dropUnhealthy drops c, whose health checks failed for the grace period:
+// a member's drains (dropMember); a non-member's closes when its last call
+// ends, as the rule for non-members says (see the package doc).
+func (p *Pool) dropUnhealthy(c *conn) {
+	p.mu.Lock()
+	member := p.isMember(c.addr)
+	p.mu.Unlock()
+	if member {
+		p.dropMember(c, dropHealth)
+		return
+	}
+	p.drop(c, dropHealth)
 }
 
 // check sends one grpc.health.v1 Check on c: nil if the answer is SERVING.
 func (p *Pool) check(ctx context.Context, c *conn) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.HealthCheckTimeout)
 	defer cancel()
-	resp, err := healthpb.NewHealthClient(c.cc).Check(ctx, &healthpb.HealthCheckRequest{Service: p.cfg.HealthService})
+	// Fail-fast, as the failure probe: a connection in TRANSIENT_FAILURE
+	// fails its check at once, even where the user's default call
+	// options ask calls to wait for Ready.
+	resp, err := healthpb.NewHealthClient(c.cc).Check(ctx, &healthpb.HealthCheckRequest{Service: p.cfg.HealthService}, grpc.WaitForReady(false))
 	if err != nil {
 		return err
 	}

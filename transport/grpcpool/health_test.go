@@ -2,6 +2,8 @@ package grpcpool_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -177,8 +179,9 @@ func TestDrainDelay(t *testing.T) {
 	})
 }
 
-// TestMaxConnsCountsDrainingConnections: a dial waits for a draining
-// connection to close when the pool is full.
+// TestMaxConnsCountsDrainingConnections: a draining connection holds its
+// slot; with no connection to evict, a call that needs one waits for a
+// slot until its context ends.
 func TestMaxConnsCountsDrainingConnections(t *testing.T) {
 	a, b := startServer(t), startServer(t)
 	p := newPool(t, grpcpool.Config{MaxConns: 1, DrainDelay: patience})
@@ -189,12 +192,98 @@ func TestMaxConnsCountsDrainingConnections(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- p.Do(ctx, b.addr, check) }()
-	waitFor(t, "the dial waits for the draining connection", func() bool { return p.Stats().SlotWaits == 1 })
+	waitFor(t, "the call waits for the draining connection's slot", func() bool { return p.Stats().SlotWaits == 1 })
 	cancel()
-	if err := <-errc; err != context.Canceled {
-		t.Fatalf("Do: %v; want its ctx's error", err)
+	if err := <-errc; !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "slot under MaxConns") {
+		t.Fatalf("Do: %v; want a wait for a slot under MaxConns, ended by its ctx", err)
 	}
 	if st := p.Stats(); st.PeakOpen != 1 {
 		t.Fatalf("peak %d open; want 1 (MaxConns)", st.PeakOpen)
+	}
+}
+
+// TestANonMembersConnectionThatFailsItsHealthChecksDoesNotDrain: the rule
+// for non-members holds for a connection the health checks drop: it closes
+// when its last call ends, never drains, and holds no slot afterwards.
+func TestANonMembersConnectionThatFailsItsHealthChecksDoesNotDrain(t *testing.T) {
+	a, b := startServer(t), startServer(t)
+	p := newPool(t, grpcpool.Config{HealthCheckInterval: time.Millisecond, DrainDelay: patience, MaxConns: 1})
+	p.SetMembers([]string{a.addr})
+	h := newHeld()
+	h.run(t, p, b.addr)
+	b.setServing(false)
+	waitFor(t, "the health checks drop the non-member's connection", func() bool { return p.Stats().DropsHealth == 1 })
+	b.setServing(true)
+	if err := h.finish(t); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.Open != 0 || st.Draining != 0 {
+		t.Fatalf("once the last call on a non-member's unhealthy connection ended: Open=%d Draining=%d; want 0 and 0", st.Open, st.Draining)
+	}
+	if err := p.Do(context.Background(), a.addr, check); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAHealthRoundSeesTheMembersOfTheMoment: a member that SetMembers
+// adds while a round of health checks runs is a member for the rest of
+// the round: its connection, which the round reaches after SetMembers
+// returned, is not dropped as a non-member's.
+//
+// The round reaches the connections in the cache's order, which its
+// random seed sets: with MaxConcurrentHealthChecks 1 and every check of
+// the members held, the round stops at the second member's, and b's
+// connection comes after that with probability (members-1)/(members+1).
+// Each trial is a pool of its own, so that the trials together miss the
+// case with probability below 0.1%. (The interval only spaces the rounds
+// out, so that the one that holds began after the setup: a round that
+// began earlier makes its trial a miss, never a failure.)
+func TestAHealthRoundSeesTheMembersOfTheMoment(t *testing.T) {
+	const members, trials = 5, 8
+	var xs []*server
+	var addrs []string
+	for range members {
+		s := startServer(t)
+		xs = append(xs, s)
+		addrs = append(addrs, s.addr)
+	}
+	b := startServer(t)
+	for trial := range trials {
+		p := newPool(t, grpcpool.Config{HealthCheckInterval: 100 * time.Millisecond, MaxConcurrentHealthChecks: 1})
+		p.SetMembers(addrs)
+		if err := p.Warm(context.Background(), addrs...); err != nil {
+			t.Fatal(err)
+		}
+		h := newHeld()
+		h.run(t, p, b.addr) // b's connection, a non-member's with a call on it
+		// Held from now on, so that the round that holds (almost always)
+		// began with every connection in the pool.
+		gate := make(chan struct{})
+		for _, s := range xs {
+			s.checkGate.Store(&gate)
+		}
+		waitFor(t, "the round holds at a member's check", func() bool {
+			var n int64
+			for _, s := range xs {
+				n += s.inFlight.Load()
+			}
+			return n == 1
+		})
+		rounds := p.Stats().HealthRounds
+		p.SetMembers(append([]string{b.addr}, addrs...))
+		if err := h.finish(t); err != nil { // b's last non-member call
+			t.Fatal(err)
+		}
+		close(gate)
+		waitFor(t, "the round ends and another runs", func() bool { return p.Stats().HealthRounds >= rounds+2 })
+		if st := p.Stats(); st.DropsNonMember != 0 || st.Ready != members+1 {
+			t.Fatalf("trial %d: b became a member during a health round: %d dropped as a non-member's, %d connections ready; want 0 and %d", trial, st.DropsNonMember, st.Ready, members+1)
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range xs {
+		s.checkGate.Store(nil)
 	}
 }

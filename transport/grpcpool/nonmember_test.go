@@ -2,9 +2,11 @@ package grpcpool_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/epcache/epcache/transport/grpcpool"
 	"google.golang.org/grpc"
@@ -205,4 +207,111 @@ func TestADialInFlightWhenItsAddressLeavesIsClosed(t *testing.T) {
 			t.Errorf("after Warm of a non-member: Open=%d Ready=%d; want 0 (no call holds it)", st.Open, st.Ready)
 		}
 	})
+}
+
+// gatedDial is a Dial that counts its calls per address, says when one
+// begins, and holds each until the test opens the gate.
+type gatedDial struct {
+	entered chan string
+	gate    chan struct{}
+	d       countingDial
+}
+
+func newGatedDial() *gatedDial {
+	return &gatedDial{entered: make(chan string, 64), gate: make(chan struct{})}
+}
+
+func (g *gatedDial) dial(ctx context.Context, addr string) (*grpc.ClientConn, error) {
+	g.entered <- addr
+	<-g.gate
+	return g.d.dial(ctx, addr)
+}
+
+// TestADialThatSetMembersOvertakesServesTheMemberCallsWaitingForIt: calls
+// that asked for a member's connection wait for its one dial, whatever
+// SetMembers does meanwhile. If the address has left the members when the
+// dial ends, they run on it all the same, and the last of them closes it
+// (the rule for non-members); if it is back, the connection stays.
+func TestADialThatSetMembersOvertakesServesTheMemberCallsWaitingForIt(t *testing.T) {
+	const callers = 4
+	for _, tc := range []struct {
+		name     string
+		during   func(a, b string) [][]string // the SetMembers calls made while the dial runs
+		stays    bool                         // whether the connection stays once the calls are over
+		sentence string
+	}{
+		{"leaves", func(a, b string) [][]string { return [][]string{{a}} }, false, "b leaves the members"},
+		{"leaves-and-returns", func(a, b string) [][]string { return [][]string{{a}, {a, b}} }, true, "b leaves the members and comes back"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := startServer(t), startServer(t)
+			g := newGatedDial()
+			p := newPool(t, grpcpool.Config{Dial: g.dial, DrainDelay: patience, ErrorTTL: patience})
+			p.SetMembers([]string{a.addr, b.addr})
+			errs := make(chan error, callers)
+			for range callers {
+				go func() { errs <- p.Do(context.Background(), b.addr, check) }()
+			}
+			<-g.entered
+			waitFor(t, "every call waits for the dial", func() bool { return p.Stats().Cache.Waits == callers-1 })
+			for _, set := range tc.during(a.addr, b.addr) {
+				p.SetMembers(set)
+			}
+			close(g.gate)
+			for range callers {
+				if err := <-errs; err != nil {
+					t.Errorf("Do: %v", err)
+				}
+			}
+			st := p.Stats()
+			if n := g.d.of(b.addr); n != 1 {
+				t.Errorf("when %s during its dial: %d dials of b for %d calls that waited for one; want 1", tc.sentence, n, callers)
+			}
+			if want := int64(0); tc.stays {
+				if st.Ready != 1 {
+					t.Errorf("when %s during its dial: %d connections ready once the calls are over; want 1 (b is a member)", tc.sentence, st.Ready)
+				}
+			} else if st.Open != want || st.Draining != 0 {
+				t.Errorf("when %s during its dial: Open=%d Draining=%d once the calls are over; want 0 and 0 (a non-member's)", tc.sentence, st.Open, st.Draining)
+			}
+		})
+	}
+}
+
+// TestADepartedMembersConnectionClosesWithTheNonMemberCallOnIt: a call
+// that began while its address was not a member holds a connection that
+// becomes a member's, and then a departed member's. It leaves the pool at
+// once, as every departed member's, and closes when that call ends, or
+// drains first (DrainDelay): it never stays open for good.
+func TestADepartedMembersConnectionClosesWithTheNonMemberCallOnIt(t *testing.T) {
+	for _, drain := range []time.Duration{0, patience} {
+		t.Run(fmt.Sprintf("DrainDelay=%v", drain), func(t *testing.T) {
+			a, b := startServer(t), startServer(t)
+			p := newPool(t, grpcpool.Config{DrainDelay: drain})
+			p.SetMembers([]string{a.addr})
+			h := newHeld()
+			h.run(t, p, b.addr) // b is not a member
+			p.SetMembers([]string{a.addr, b.addr})
+			if err := p.Do(context.Background(), b.addr, check); err != nil { // a member's call on the same connection
+				t.Fatal(err)
+			}
+			p.SetMembers([]string{a.addr}) // b departs
+			if st := p.Stats(); st.Ready != 0 {
+				t.Errorf("after b departed: %d connections in the pool; want 0", st.Ready)
+			}
+			if err := h.finish(t); err != nil {
+				t.Fatal(err)
+			}
+			st := p.Stats()
+			if drain == 0 && (st.Open != 0 || st.Draining != 0) {
+				t.Errorf("once the call that began while b was not a member ended, after b departed: Open=%d Draining=%d; want 0 and 0", st.Open, st.Draining)
+			}
+			if drain > 0 && (st.Open != 1 || st.Draining != 1 || st.Ready != 0) {
+				t.Errorf("once the call that began while b was not a member ended, after b departed: Open=%d Draining=%d Ready=%d; want 1, 1, 0 (it drains, and Close ends the drain)", st.Open, st.Draining, st.Ready)
+			}
+			if st.DropsMembership != 1 {
+				t.Errorf("%d drops of a departed member; want 1", st.DropsMembership)
+			}
+		})
+	}
 }

@@ -34,24 +34,31 @@ type Pool struct {
 	members   atomic.Pointer[memberSet]
 	membersMu sync.Mutex // serialises SetMembers
 
-	// guests counts, per address that is not a member, the calls to it
-	// that count themselves (waiting for its connection or running on
-	// it): the rule for non-members' connections (see the package doc)
-	// is decided under mu from these counts. Calls to members do not
-	// count themselves, so that the hit path takes no lock.
+	// guests counts, per address, the calls to it that count themselves
+	// (waiting for its connection or running on it): every call to a
+	// non-member, and every call to a member that found no connection
+	// ready (doCounted). The rule for non-members' connections (see the
+	// package doc) and the abandonment of a dial are decided under mu
+	// from these counts. A call that finds a member's connection ready
+	// does not count itself, so that the hit path takes no lock.
 	mu     sync.Mutex
 	guests map[string]int
 
-	// slots, with MaxConns, holds a token for every connection open or
-	// being dialed, from before Dial to after Close returns: epcache's
-	// MaxEntries counts the connections in the cache, slots also those
-	// that left it and drain.
-	slots chan struct{}
-
-	// open counts the connections Dial returned that are not closed yet;
-	// Close waits for it to fall to zero. dialing counts the dials in
-	// progress, for the same wait.
+	// open counts the dials in progress and the connections they made
+	// that are not closed yet; Close waits for it to fall to zero. The
+	// slots of MaxConns are the cache's room alone (MaxEntries), which
+	// counts the same connections: a dial's from before Create starts,
+	// a connection until its Release returns, a draining one through
+	// the lease its drain holds (dropMember).
 	open sync.WaitGroup
+
+	// streams holds, per address that a call under MaxStreamsPerConn
+	// reached, the count of calls on each of its connections (links.go).
+	streams sync.Map // string → *streams
+
+	// probe is a context that has ended: an Acquire with it leases a
+	// connection the cache holds, and never dials or waits (tryLease).
+	probe context.Context
 
 	closing   chan struct{} // closed when Close begins: cuts drain delays and health checks
 	closeOnce sync.Once
@@ -63,9 +70,12 @@ type Pool struct {
 	st counters
 }
 
-// conn is one connection of the pool: the value epcache holds per address.
+// conn is one connection of the pool: the value epcache holds per address,
+// or per link of an address under MaxStreamsPerConn (links.go).
 type conn struct {
 	addr string
+	key  string // its cache key: addr, or one of addr's links (linkKey)
+	link int    // its link number: 0 for addr's first connection
 	cc   *grpc.ClientConn
 
 	// cause is why the pool dropped the connection (a dropCause), set once,
@@ -122,9 +132,9 @@ func newPool(cfg Config, now func() time.Time) (*Pool, error) {
 		closing: make(chan struct{}),
 		now:     now,
 	}
-	if cfg.MaxConns > 0 {
-		p.slots = make(chan struct{}, cfg.MaxConns)
-	}
+	probe, cancel := context.WithCancel(context.Background())
+	cancel()
+	p.probe = probe
 	var retry func(int, error) (time.Duration, bool)
 	if user := cfg.DialRetry; user != nil {
 		retry = func(attempt int, err error) (time.Duration, bool) {
@@ -161,11 +171,11 @@ func newPool(cfg Config, now func() time.Time) (*Pool, error) {
 //
 // Do returns call's error as it is. When there is no connection to run call
 // on, it returns ctx.Err() itself if ctx ended while Do waited for a dial,
-// and otherwise an error that names the pool and addr ("grpcpool: dial
-// \"addr\": …"): the dial's (within ErrorTTL, the remembered error of the
-// last dial, at once), a wait for room under MaxConns that ctx ended
-// (wrapping ctx.Err()), or, once Close has begun, one that matches
-// ErrClosed. If addr is not a member (once SetMembers has been called),
+// and otherwise an error that names the pool and addr: the dial's
+// ("grpcpool: dial \"addr\": …"; within ErrorTTL, the remembered error of
+// the last dial, at once), a wait for a slot under MaxConns that ctx ended
+// (wrapping ctx.Err(); no dial's, never remembered), or, once Close has
+// begun, one that matches ErrClosed. If addr is not a member (once SetMembers has been called),
 // call runs all the same, on a connection that the package doc's rule for
 // non-members governs.
 //
@@ -178,39 +188,44 @@ func (p *Pool) Do(ctx context.Context, addr string, call func(ctx context.Contex
 	}
 	m := p.members.Load()
 	if m != nil && !m.has(addr) {
-		return p.doNonMember(ctx, addr, call)
+		return p.doCounted(ctx, addr, call)
 	}
-	lease, err := p.cache.Acquire(ctx, addr)
+	if p.cfg.MaxStreamsPerConn > 0 {
+		return p.doStreams(ctx, addr, call)
+	}
+	// The hit path: probe never dials nor waits, and takes no lock.
+	lease, err := p.cache.Acquire(p.probe, addr)
 	if err != nil {
-		if errors.Is(err, errAbandoned) {
-			// The address left the members while Do waited for its
-			// dial, which had no call of a non-member's to serve: ask
-			// again, as a non-member.
-			p.cache.Forget(addr)
-			return p.Do(ctx, addr, call)
-		}
-		return p.noConn(ctx, addr, err)
+		// No connection ready: the call counts itself while it waits
+		// for the dial, so that the dial serves it whatever SetMembers
+		// does meanwhile (Pool.abandoned).
+		return p.doCounted(ctx, addr, call)
 	}
 	if now := p.members.Load(); now != m && !now.has(addr) {
-		// The address left the members while Do waited for its
-		// connection: the call is a non-member's.
+		// The address left the members as Do took the connection: the
+		// call is a non-member's.
 		return p.run(ctx, addr, lease, call, p.joinConn(addr, lease.Value()))
 	}
 	defer lease.Release() // after a drop in call: the last lease closes the connection
 	return p.call(ctx, lease.Value(), call)
 }
 
-// doNonMember is Do for an address that is not a member: the call counts
-// itself from before it asks for the connection to after it ends, so that
-// the connection is shared by the calls that overlap and closed by the
-// last (see the package doc).
-func (p *Pool) doNonMember(ctx context.Context, addr string, call func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
+// doCounted is Do for a call that counts itself (join) from before it asks
+// for the connection to after it ends: every call to a non-member, so that
+// its connection is shared by the calls that overlap and closed by the last
+// (see the package doc), and every call to a member that found no
+// connection ready, so that a dial that SetMembers overtakes is not
+// abandoned while the call waits for it.
+func (p *Pool) doCounted(ctx context.Context, addr string, call func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
 	p.join(addr)
 	for {
 		lease, err := p.cache.Acquire(ctx, addr)
 		if err != nil {
 			if errors.Is(err, errAbandoned) {
-				p.cache.Forget(addr) // the answer of a dial that ended before this call counted itself
+				// The answer of a dial that ended before this call
+				// counted itself (remembered, with ErrorTTL): not the
+				// address's failure.
+				p.cache.Forget(addr)
 				continue
 			}
 			p.leave(addr)
@@ -300,37 +315,39 @@ func (p *Pool) leave(addr string) {
 	} else {
 		delete(p.guests, addr)
 	}
-	var c *conn
+	var gone []*conn
 	if n == 0 && !p.isMember(addr) {
-		if cur, ok := p.cache.Load(addr); ok && p.markDropped(cur, dropNonMember) {
-			c = cur
+		for _, key := range p.keysOf(addr) {
+			if cur, ok := p.cache.Load(key); ok && p.markDropped(cur, dropNonMember) {
+				gone = append(gone, cur)
+			}
 		}
 	}
 	p.mu.Unlock()
-	if c != nil {
+	for _, c := range gone {
 		p.drop(c, dropNonMember) // a call's lease, if any, then closes it as it ends
 	}
 }
 
-// retire marks c, addr's connection, dropped for cause unless a call to
-// addr counts itself (join): then the last of those calls drops it. It
-// reports whether it marked c; the caller then drops it.
-func (p *Pool) retire(addr string, c *conn, cause dropCause) bool {
+// retire marks c, addr's connection, dropped as a non-member's if addr is
+// not a member and no call to addr counts itself (join): otherwise the last
+// of those calls drops it, or it is a member's. It reports whether it
+// marked c; the caller then drops it. Membership is read under mu, which
+// SetMembers holds as it changes the members, so that a member added
+// meanwhile is never retired.
+func (p *Pool) retire(addr string, c *conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.guests[addr] == 0 && p.markDropped(c, cause)
+	return !p.isMember(addr) && p.guests[addr] == 0 && p.markDropped(c, dropNonMember)
 }
 
 // abandoned reports whether a dial of addr has nobody to serve: addr is not
 // a member and no call to it counts itself. (A member's dial is kept even
 // when its callers have left: its connection is wanted.)
 func (p *Pool) abandoned(addr string) bool {
-	if p.isMember(addr) {
-		return false
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.guests[addr] == 0
+	return !p.isMember(addr) && p.guests[addr] == 0
 }
 
 // isMember reports whether addr is a member.
@@ -357,7 +374,9 @@ func (p *Pool) noConn(ctx context.Context, addr string, err error) error {
 		// never answers, a Dial that hangs).
 		return fmt.Errorf("grpcpool: dial %q: no Ready connection within DialTimeout (%v): %w", addr, p.cfg.DialTimeout, err)
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		return fmt.Errorf("grpcpool: dial %q: no room under MaxConns before the call's context ended: %w", addr, err)
+		// The cache's wait for room, which comes before any dial: no
+		// failure of the address's, and never remembered.
+		return fmt.Errorf("grpcpool: %q: waited for a free slot under MaxConns (%d) until the call's context ended: %w", addr, p.cfg.MaxConns, err)
 	case errors.Is(err, epcache.ErrGoexit):
 		return fmt.Errorf("grpcpool: dial %q: Config.Dial or Config.DialRetry called runtime.Goexit: %w", addr, err)
 	case errors.As(err, &pe):
@@ -401,7 +420,7 @@ func (p *Pool) drop(c *conn, cause dropCause) bool {
 	if cause != notDropped {
 		p.markDropped(c, cause)
 	}
-	if !p.cache.CompareAndInvalidate(c.addr, c) {
+	if !p.cache.CompareAndInvalidate(c.key, c) {
 		return false
 	}
 	p.st.drops[dropCause(c.cause.Load())].Add(1)
@@ -425,10 +444,12 @@ func (p *Pool) SetMembers(addrs []string) {
 	}
 	p.membersMu.Lock()
 	defer p.membersMu.Unlock()
+	p.mu.Lock() // the decisions made under mu see the members before or after, never between
 	old := p.members.Swap(set)
+	p.mu.Unlock()
 	for a := range set.m {
 		if old == nil || !old.has(a) {
-			if p.cache.Forget(a) {
+			if p.forget(a) {
 				p.st.forgotten.Add(1)
 			}
 		}
@@ -436,23 +457,23 @@ func (p *Pool) SetMembers(addrs []string) {
 	p.dropDeparted(old, set)
 }
 
-// dropDeparted drops the connections to addresses not in set: as departed
-// members' if they were in old (nil: every address was), and otherwise as
-// non-members' that no call uses.
+// dropDeparted drops the connections to addresses not in set: a departed
+// member's (one in old; nil: every address was) at once, to drain, whatever
+// calls run on it, those counted as a non-member's included; a
+// non-member's only if no call uses it (retire), else its last call does.
 func (p *Pool) dropDeparted(old, set *memberSet) {
 	var gone []*conn
-	for addr, c := range p.cache.All() {
-		if !set.has(addr) {
+	for _, c := range p.cache.All() {
+		if !set.has(c.addr) {
 			gone = append(gone, c)
 		}
 	}
 	for _, c := range gone {
-		cause := dropNonMember
-		if old == nil || old.has(c.addr) {
-			cause = dropMembership
-		}
-		if p.retire(c.addr, c, cause) {
-			p.drop(c, cause)
+		switch {
+		case old == nil || old.has(c.addr):
+			p.dropMember(c, dropMembership)
+		case p.retire(c.addr, c):
+			p.drop(c, dropNonMember)
 		}
 	}
 }
@@ -495,7 +516,7 @@ func (p *Pool) warm(ctx context.Context, addr string) error {
 		if now := p.members.Load(); now != m && !now.has(addr) {
 			// It left the members while Warm waited for its connection:
 			// no call holds the connection, which goes.
-			if c := lease.Value(); p.retire(addr, c, dropNonMember) {
+			if c := lease.Value(); p.retire(addr, c) {
 				p.drop(c, dropNonMember)
 			}
 		}
@@ -507,7 +528,19 @@ func (p *Pool) warm(ctx context.Context, addr string) error {
 // Forget drops addr's remembered dial failure (ErrorTTL), so that the next
 // Do dials at once; it reports whether there was one still in force.
 func (p *Pool) Forget(addr string) bool {
-	return p.cache.Forget(addr)
+	return p.forget(addr)
+}
+
+// forget drops the remembered dial failures of addr's connections; it
+// reports whether there was one.
+func (p *Pool) forget(addr string) bool {
+	forgot := false
+	for _, key := range p.keysOf(addr) {
+		if p.cache.Forget(key) {
+			forgot = true
+		}
+	}
+	return forgot
 }
 
 // Close shuts the pool down: Do and Warm return an error matching ErrClosed

@@ -15,8 +15,13 @@ type Stats struct {
 	DialErrors uint64 // dial attempts that failed: Dial's error or panic, not Ready, DialTimeout, Close
 	ErrorHits  uint64 // Do and Warm answered with a remembered dial failure (ErrorTTL), without a dial
 	Forgotten  uint64 // remembered failures forgotten by SetMembers
-	SlotWaits  uint64 // dials that waited for a draining connection to close (MaxConns)
+	SlotWaits  uint64 // dials that found every slot taken (MaxConns): each waited for an evicted connection to close, or in line (the cache's RoomWaits)
 	Abandoned  uint64 // dials given up, before Dial or once Ready, because their address is not a member and no call to it is left (see the package doc)
+
+	// Several connections per address (Config.MaxStreamsPerConn).
+	Grown       uint64 // connections dialed beyond an address's first
+	Shrunk      uint64 // such connections closed, for whatever reason (IdleTimeout once unneeded, mostly)
+	StreamWaits uint64 // calls that found every stream of their address's connections taken: each waited for a growth dial, or ran over the limit at MaxConnsPerAddr
 
 	Calls      uint64 // calls Do ran
 	ConnErrors uint64 // calls whose error IsConnError accepted
@@ -50,8 +55,8 @@ type Stats struct {
 // path, and it is one atomic add.
 type counters struct {
 	calls                                                        atomic.Uint64
-	dials, dialErrors, connErrors, forgotten, slotWaits, closed  atomic.Uint64
-	abandoned                                                    atomic.Uint64
+	dials, dialErrors, connErrors, forgotten, closed             atomic.Uint64
+	abandoned, grown, shrunk, streamWaits                        atomic.Uint64
 	healthRounds, healthChecks, healthFailures                   atomic.Uint64
 	drops                                                        [numDropCauses]atomic.Uint64
 	open, peakOpen, draining, checksInFlight, peakChecksInFlight atomic.Int64
@@ -89,8 +94,11 @@ func (p *Pool) Stats() Stats {
 		DialErrors:      s.dialErrors.Load(),
 		ErrorHits:       c.ErrorHits,
 		Forgotten:       s.forgotten.Load(),
-		SlotWaits:       s.slotWaits.Load(),
+		SlotWaits:       c.RoomWaits,
 		Abandoned:       s.abandoned.Load(),
+		Grown:           s.grown.Load(),
+		Shrunk:          s.shrunk.Load(),
+		StreamWaits:     s.streamWaits.Load(),
 		Calls:           s.calls.Load(),
 		ConnErrors:      s.connErrors.Load(),
 		DropsConnError:  s.drops[dropConnError].Load(),

@@ -4,7 +4,7 @@
 // dependency tree (Prometheus, memberlist, go-kit…) never reaches grpcpool
 // or epcache.
 //
-// Seven scenarios ([Scenarios]), each run against every pool in the same
+// Eight scenarios ([Scenarios]), each run against every pool in the same
 // process, one after the other:
 //
 //  1. close under use: held calls while members leave, health flips,
@@ -22,6 +22,9 @@
 //     connection (testing.Benchmark, GOMAXPROCS 1 and 2).
 //  7. descriptor budget: MaxConns 8 over 64 servers, all in use, servers in
 //     a child process so that /proc/self/fd counts the client's sockets.
+//  8. stream limit: 500 callers at once on a server that allows 100 streams
+//     a connection, one connection against grpcpool's MaxStreamsPerConn and
+//     Dapr's algorithm (issue 43).
 //
 // cmd/grpcbench runs them all and writes a side-by-side table and JSON.
 package dskitbench

@@ -47,8 +47,11 @@ type Options struct {
 	MaxConns      int           // epcache only: dskit has none
 	ErrorTTL      time.Duration // epcache only: 0 remembers no failure
 	DialRetry     func(int, error) (time.Duration, bool)
-	DrainDelay    time.Duration    // epcache only
-	IsConnError   func(error) bool // epcache only: grpcpool's Config.IsConnError (nil: its default)
+	DrainDelay    time.Duration // epcache only
+	// StreamsPerConn is grpcpool's MaxStreamsPerConn (epcache only: 0,
+	// one connection per address).
+	StreamsPerConn int
+	IsConnError    func(error) bool // epcache only: grpcpool's Config.IsConnError (nil: its default)
 	// OnConnError is what a dskit user does about a call's connection
 	// error: nothing, RemoveClientFor(addr) (the pattern of mimir #13123),
 	// or RemoveClient(client, addr) (remove-by-value, dskit #439).
@@ -176,6 +179,7 @@ func NewEpcache(o Options) (*Epcache, error) {
 		HealthCheckGracePeriod: o.Grace,
 		DrainDelay:             o.DrainDelay,
 		IsConnError:            o.IsConnError,
+		MaxStreamsPerConn:      o.StreamsPerConn,
 	})
 	if err != nil {
 		return nil, err

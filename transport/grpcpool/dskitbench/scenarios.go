@@ -18,6 +18,7 @@ type Config struct {
 	BudgetMaxConns int
 	BudgetRounds   int
 	BudgetHold     time.Duration
+	StreamLimit    StreamLimitConfig
 }
 
 // Default is the run cmd/grpcbench makes by default.
@@ -33,15 +34,16 @@ var Default = Config{
 	BudgetMaxConns: 8,
 	BudgetRounds:   8,
 	BudgetHold:     5 * time.Millisecond,
+	StreamLimit:    DefaultStreamLimit,
 }
 
-// Scenario is one of the seven.
+// Scenario is one of the eight.
 type Scenario struct {
 	ID  string
 	Run func(Config) (*Table, error)
 }
 
-// Scenarios are the seven, in order.
+// Scenarios are the eight, in order.
 var Scenarios = []Scenario{
 	{"1", func(c Config) (*Table, error) { return CloseUnderUse(c.CloseUnderUse) }},
 	{"2", func(c Config) (*Table, error) { return FanOut(c.FanOut) }},
@@ -52,6 +54,7 @@ var Scenarios = []Scenario{
 	{"7", func(c Config) (*Table, error) {
 		return DescriptorBudget(c.BudgetServers, c.BudgetMaxConns, c.BudgetRounds, c.BudgetHold)
 	}},
+	{"8", func(c Config) (*Table, error) { return StreamLimit(c.StreamLimit) }},
 }
 
 // Measure runs the scenario, timing it.
@@ -78,4 +81,5 @@ var Quick = Config{
 	BudgetMaxConns: 2,
 	BudgetRounds:   2,
 	BudgetHold:     time.Millisecond,
+	StreamLimit:    StreamLimitConfig{Callers: 50, Streams: 10, Hold: 10 * time.Millisecond, RTT: 10 * time.Millisecond, IdleTimeout: 50 * time.Millisecond},
 }

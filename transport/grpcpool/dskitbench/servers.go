@@ -17,9 +17,10 @@ type Server struct {
 	Addr   string
 	Health *health.Server
 
-	mu  sync.Mutex
-	srv *grpc.Server
-	rtt time.Duration
+	mu   sync.Mutex
+	srv  *grpc.Server
+	rtt  time.Duration
+	opts []grpc.ServerOption
 }
 
 // StartServer starts a server on a free loopback port. With rtt > 0, every
@@ -31,11 +32,20 @@ func StartServer(rtt time.Duration) (*Server, error) {
 }
 
 func startServerAt(addr string, rtt time.Duration) (*Server, error) {
+	return startServerWithAt(addr, rtt)
+}
+
+// startServerWith is StartServer with options for the gRPC server.
+func startServerWith(rtt time.Duration, opts ...grpc.ServerOption) (*Server, error) {
+	return startServerWithAt("127.0.0.1:0", rtt, opts...)
+}
+
+func startServerWithAt(addr string, rtt time.Duration, opts ...grpc.ServerOption) (*Server, error) {
 	ln, err := listen(addr)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Addr: ln.Addr().String(), Health: health.NewServer(), rtt: rtt}
+	s := &Server{Addr: ln.Addr().String(), Health: health.NewServer(), rtt: rtt, opts: opts}
 	s.serve(ln)
 	return s, nil
 }
@@ -55,7 +65,7 @@ func listen(addr string) (net.Listener, error) {
 }
 
 func (s *Server) serve(ln net.Listener) {
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(s.opts...)
 	healthpb.RegisterHealthServer(srv, s.Health)
 	s.mu.Lock()
 	s.srv = srv

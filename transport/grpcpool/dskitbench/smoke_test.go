@@ -1,6 +1,7 @@
 package dskitbench_test
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -16,7 +17,8 @@ func TestMain(m *testing.M) {
 // Quick sizes, so that none rots, and checks the figures that are
 // guarantees rather than speeds: no call failed because grpcpool closed its
 // connection (1, 4), the replacement survives a late report (3), the
-// descriptor bound (7). (How many dials a scenario takes, or whether a call
+// descriptor bound (7), one dial per growth step and no failed call under
+// MaxStreamsPerConn (8). (How many dials a scenario takes, or whether a call
 // failed for being slow, depends on the machine: those are measured, not
 // asserted; grpcpool's own tests assert one dial per address.)
 func TestScenariosRunAndKeepEpcachesGuarantees(t *testing.T) {
@@ -44,6 +46,12 @@ func TestScenariosRunAndKeepEpcachesGuarantees(t *testing.T) {
 			case "4":
 				if ep["closed_by_pool"] != 0 {
 					t.Errorf("epcache: %v calls closed by the pool", ep["closed_by_pool"])
+				}
+			case "8":
+				sl := cfg.StreamLimit
+				gp := tb.Data[fmt.Sprintf("grpcpool, MaxStreamsPerConn %d", sl.Streams)]
+				if want := (sl.Callers + sl.Streams - 1) / sl.Streams; gp["failed"] != 0 || gp["dials"] > float64(want) {
+					t.Errorf("grpcpool with MaxStreamsPerConn: %v calls failed, %v dials; want 0 and at most %d (each growth step dialed once)", gp["failed"], gp["dials"], want)
 				}
 			case "7":
 				if ep["peak_sockets_dialer"] > float64(cfg.BudgetMaxConns) || ep["peak_sockets_proc"] > float64(cfg.BudgetMaxConns) {

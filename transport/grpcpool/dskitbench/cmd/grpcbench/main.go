@@ -1,4 +1,4 @@
-// Command grpcbench runs the seven scenarios of package dskitbench, each
+// Command grpcbench runs the eight scenarios of package dskitbench, each
 // against grpcpool (epcache) and Grafana dskit's ring/client.Pool in the
 // same process, prints a side-by-side table per scenario and writes it,
 // with the machine it ran on, to results.txt and results.json.
@@ -50,11 +50,11 @@ type Machine struct {
 func run() error {
 	testing.Init() // testing.Benchmark reads -test.benchtime
 	out := flag.String("out", "", "directory to write results.txt and results.json into (created); none: print only")
-	only := flag.String("only", "", "comma-separated scenarios to run (1-7); all if empty")
+	only := flag.String("only", "", "comma-separated scenarios to run (1-8); all if empty")
 	quick := flag.Bool("quick", false, "smaller sizes and shorter runs, for a smoke test")
 	benchtime := flag.Duration("benchtime", 500*time.Millisecond, "benchtime of each overhead benchmark run (scenario 6)")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: grpcbench [flags]\n\nRuns the seven gRPC pool scenarios against grpcpool and dskit's ring/client.Pool.\n\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: grpcbench [flags]\n\nRuns the eight gRPC pool scenarios against grpcpool and dskit's ring/client.Pool.\n\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()

@@ -1,0 +1,324 @@
+package grpcpool
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/epcache/epcache/epcache"
+	"google.golang.org/grpc"
+)
+
+// Several connections per address (Config.MaxStreamsPerConn).
+//
+// Each connection of an address is a value of the cache of its own, under
+// a key of its own (linkKey): the address's first connection under the
+// address, the others ("links") under the address and their number. So
+// every guarantee the pool has for one connection holds for each link
+// unchanged: dialed once however many callers need it, never closed under
+// a call, released once, counted in MaxConns (the cache's room: growth past
+// MaxConns evicts an idle connection or waits, as a first dial does),
+// closed by IdleTimeout once unused, dropped alone by a connection error,
+// and reached by the health checks, SetMembers and Close, which walk the
+// cache's values.
+//
+// What the pool adds is the choice of a link. streams counts, per link
+// number, the calls that run on the link or wait for its dial, and a call
+// takes a unit of a link's count before it asks for its connection:
+//
+//   - A ready link with fewer than MaxStreamsPerConn calls: the least
+//     loaded of the ready links the address's calls need, the
+//     lowest-numbered ⌈(calls + 1) ÷ MaxStreamsPerConn⌉ (the calls of all
+//     its links, this one included), or failing that the lowest-numbered
+//     ready link with room. When the load falls, the links it no longer
+//     needs all go unused at once, and IdleTimeout closes them together
+//     (the first link stays by the rules of one connection per address).
+//     Spreading over every ready link instead would keep each in use, and
+//     shrink one link per IdleTimeout at best.
+//   - Else a link that is not ready (being dialed, or closed since) with
+//     room: the call waits for its dial, which it starts if it is the
+//     first. So ⌈waiting ÷ MaxStreamsPerConn⌉ dials serve the callers
+//     that wait, all at once, each dial once.
+//   - Else, below MaxConnsPerAddr, a new link (under streams.mu, which
+//     only growth takes).
+//   - Else, at MaxConnsPerAddr, the least loaded connection over the
+//     limit: gRPC queues the call on the client, as it does with one
+//     connection.
+//
+// A call to a non-member uses the address's first connection only (the
+// rule for non-members: the calls that overlap share one connection).
+
+// linkKey is the cache key of addr's link n: addr itself for the first,
+// so that a pool without MaxStreamsPerConn is keyed as it always was; for
+// the others addr, a NUL (which no address holds), and n.
+func linkKey(addr string, n int) string {
+	if n == 0 {
+		return addr
+	}
+	return addr + "\x00" + strconv.Itoa(n)
+}
+
+// splitKey is linkKey's inverse.
+func splitKey(key string) (addr string, n int) {
+	i := strings.LastIndexByte(key, 0)
+	if i < 0 {
+		return key, 0
+	}
+	n, _ = strconv.Atoi(key[i+1:])
+	return key[:i], n
+}
+
+// streams is an address's count of calls per link.
+type streams struct {
+	mu    sync.Mutex              // serialises growth
+	links atomic.Pointer[[]*link] // grows only, under mu
+
+	// waiting counts the calls waiting for a growth dial; while there
+	// are any, a stream freed on a ready link closes freed (and puts a
+	// new channel in its place), so that they look again and one of them
+	// takes it rather than wait for the dial.
+	waiting atomic.Int32
+	freed   atomic.Pointer[chan struct{}]
+}
+
+// end uncounts a call on l; if that freed a stream of a ready link that
+// was full, it wakes the calls waiting for a growth dial.
+func (p *Pool) end(s *streams, l *link) {
+	if l.calls.Add(-1) == int32(p.cfg.MaxStreamsPerConn)-1 && s.waiting.Load() > 0 && p.ready(l) {
+		next := make(chan struct{})
+		close(*s.freed.Swap(&next))
+	}
+}
+
+// link is one of an address's links: its cache key, and the calls that
+// run on it or wait for its dial.
+type link struct {
+	key   string
+	calls atomic.Int32
+}
+
+// tryAdd counts a call on l unless l carries max calls already.
+func (l *link) tryAdd(max int32) bool {
+	for {
+		n := l.calls.Load()
+		if n >= max {
+			return false
+		}
+		if l.calls.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// streamsOf returns addr's streams, made on first use.
+func (p *Pool) streamsOf(addr string) *streams {
+	if s, ok := p.streams.Load(addr); ok {
+		return s.(*streams)
+	}
+	s := &streams{}
+	first := []*link{{key: addr}}
+	s.links.Store(&first)
+	freed := make(chan struct{})
+	s.freed.Store(&freed)
+	got, _ := p.streams.LoadOrStore(addr, s)
+	return got.(*streams)
+}
+
+// keysOf returns the cache keys of addr's links: addr alone for an address
+// that has never had more than one.
+func (p *Pool) keysOf(addr string) []string {
+	s, ok := p.streams.Load(addr)
+	if !ok {
+		return []string{addr}
+	}
+	links := *s.(*streams).links.Load()
+	keys := make([]string, len(links))
+	for i, l := range links {
+		keys[i] = l.key
+	}
+	return keys
+}
+
+// ready reports whether l's connection is in the pool now.
+func (p *Pool) ready(l *link) bool {
+	_, ok := p.cache.Load(l.key)
+	return ok
+}
+
+// anyReady reports whether one of links is ready.
+func (p *Pool) anyReady(links []*link) bool {
+	for _, l := range links {
+		if p.ready(l) {
+			return true
+		}
+	}
+	return false
+}
+
+// pickReady counts a call on the ready link the rule above picks, among
+// those with fewer than max calls, and leases its connection; ok is false
+// if no ready link has room.
+func (p *Pool) pickReady(links []*link, max int32) (l *link, lease epcache.Lease[string, *conn], ok bool) {
+	for {
+		var total int64
+		for _, l := range links {
+			total += int64(l.calls.Load())
+		}
+		need := int(total/int64(p.cfg.MaxStreamsPerConn)) + 1 // links that carry total+1 calls
+		best, first, seen := -1, -1, 0
+		for i, l := range links {
+			if !p.ready(l) {
+				continue
+			}
+			n := l.calls.Load()
+			if n >= max {
+				seen++
+				continue
+			}
+			if first < 0 {
+				first = i
+			}
+			if seen < need && (best < 0 || n < links[best].calls.Load()) {
+				best = i
+			}
+			seen++
+		}
+		if best < 0 {
+			best = first
+		}
+		if best < 0 {
+			return nil, lease, false
+		}
+		l = links[best]
+		if !l.tryAdd(max) {
+			continue // filled meanwhile: pick again
+		}
+		lease, err := p.cache.Acquire(p.probe, l.key)
+		if err != nil {
+			l.calls.Add(-1) // gone meanwhile: pick again
+			continue
+		}
+		return l, lease, true
+	}
+}
+
+// reserve counts a call on a link with room, ready or not, growing the
+// address's links if none has room and MaxConnsPerAddr allows; at the bound
+// it counts the call on the least loaded link, over the limit.
+func (p *Pool) reserve(s *streams) *link {
+	max := int32(p.cfg.MaxStreamsPerConn)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	links := *s.links.Load()
+	for _, wantReady := range []bool{true, false} {
+		for _, l := range links {
+			if p.ready(l) == wantReady && l.tryAdd(max) {
+				return l
+			}
+		}
+	}
+	if p.cfg.MaxConnsPerAddr == 0 || len(links) < p.cfg.MaxConnsPerAddr {
+		addr, _ := splitKey(links[0].key)
+		l := &link{key: linkKey(addr, len(links))}
+		l.calls.Store(1)
+		grown := append(links[:len(links):len(links)], l)
+		s.links.Store(&grown)
+		return l
+	}
+	least := links[0]
+	for _, l := range links[1:] {
+		if l.calls.Load() < least.calls.Load() {
+			least = l
+		}
+	}
+	least.calls.Add(1)
+	return least
+}
+
+// doStreams is Do for a member under MaxStreamsPerConn.
+func (p *Pool) doStreams(ctx context.Context, addr string, call func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
+	s := p.streamsOf(addr)
+	if l, lease, ok := p.pickReady(*s.links.Load(), int32(p.cfg.MaxStreamsPerConn)); ok {
+		defer p.end(s, l)
+		defer lease.Release()
+		return p.call(ctx, lease.Value(), call)
+	}
+	if p.anyReady(*s.links.Load()) {
+		p.st.streamWaits.Add(1) // every stream taken; a first dial is no wait for a stream
+	}
+	for {
+		// Counted as waiting before freed is read, so that a stream
+		// freed after this look wakes it (streams.end).
+		s.waiting.Add(1)
+		freed := *s.freed.Load()
+		if l, lease, ok := p.pickReady(*s.links.Load(), int32(p.cfg.MaxStreamsPerConn)); ok {
+			s.waiting.Add(-1)
+			defer p.end(s, l)
+			defer lease.Release()
+			return p.call(ctx, lease.Value(), call)
+		}
+		l := p.reserve(s)
+		wctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-freed:
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
+		// As doCounted: the call counts itself while it waits for the
+		// link's dial.
+		p.join(addr)
+		lease, err := p.cache.Acquire(wctx, l.key)
+		woken := err != nil && ctx.Err() == nil && wctx.Err() != nil
+		cancel()
+		s.waiting.Add(-1)
+		if err != nil {
+			p.end(s, l)
+			p.leave(addr)
+			switch {
+			case woken:
+				continue // a stream was freed on a ready link: look again
+			case errors.Is(err, errAbandoned):
+				p.cache.Forget(l.key)
+				continue
+			case ctx.Err() == nil && !errors.Is(err, epcache.ErrClosed):
+				// The growth dial failed (or ErrorTTL answers with its
+				// failure): the call runs over the limit on a ready
+				// connection, where gRPC queues it, rather than fail
+				// while the address has one.
+				if l, lease, ok := p.pickReady(*s.links.Load(), math.MaxInt32); ok {
+					defer p.end(s, l)
+					defer lease.Release()
+					return p.call(ctx, lease.Value(), call)
+				}
+			}
+			return p.noConn(ctx, addr, err)
+		}
+		if c := lease.Value(); dropCause(c.cause.Load()) != notDropped {
+			p.drop(c, notDropped)
+			lease.Release()
+			p.end(s, l)
+			p.leave(addr)
+			continue
+		}
+		defer p.end(s, l)
+		return p.run(ctx, addr, lease, call, true)
+	}
+}
+
+// ConnsTo returns the number of addr's connections in the pool now, ready
+// for calls: at most 1 without Config.MaxStreamsPerConn.
+func (p *Pool) ConnsTo(addr string) int {
+	n := 0
+	for _, key := range p.keysOf(addr) {
+		if _, ok := p.cache.Load(key); ok {
+			n++
+		}
+	}
+	return n
+}
