@@ -342,19 +342,13 @@ func onOtherP(t *testing.T, f func()) (stop func()) {
 	}
 }
 
-// takeTurns runs step(i) on two goroutines i = 0 and 1, one after the
-// other, until step returns false. Each spins while it waits for its turn,
-// so that both hold a P throughout: at GOMAXPROCS 2 or more they run on
-// two Ps, as two goroutines leasing one value from two cores do.
-//
-// Two goroutines share a ticket hint one time in 128 (stackHint), and are
-// then not told apart: see takeTurnsTold.
-func takeTurns(step func(turn int) bool) {
-	takeTurnsApart(0, step)
-}
-
-// takeTurnsApart is takeTurns with the second goroutine's steps run depth
-// bytes further down its stack, which gives its leases another hint.
+// takeTurnsApart runs step(i) on two goroutines i = 0 and 1, one after
+// the other, until step returns false, the second goroutine's steps depth
+// bytes further down its stack, which gives its leases another hint. Each
+// spins while it waits for its turn, so that both hold a P throughout: at
+// GOMAXPROCS 2 or more they run on two Ps, as two goroutines leasing one
+// value from two cores do. Two goroutines may share a ticket hint, and
+// are then not told apart (stackHint): see takeTurnsTold.
 func takeTurnsApart(depth int, step func(turn int) bool) {
 	var turn atomic.Int64
 	var stop atomic.Bool
@@ -397,7 +391,7 @@ func leaseAndEnd(t *testing.T, tb *shard.Table[int, int], s *shard.Slot[int, int
 	}
 }
 
-// takeTurnsTold is takeTurns with two goroutines whose hints differ, as
+// takeTurnsTold is takeTurnsApart with two goroutines whose hints differ, as
 // they do but one time in 128: a pair found to share one (first is called
 // with the tickets of turns 0 and 1) is replaced by a pair whose second
 // goroutine leases from further down its stack. lease takes and ends the
