@@ -16,7 +16,7 @@ import (
 //   - Done makes one channel, closed by Cancel (or a closed one, after);
 //   - AfterFunc, which context.AfterFunc and the contexts derived from
 //     this one (WithCancel, WithTimeout) call, keeps the function for
-//     Cancel to start, with no goroutine to watch Done;
+//     Cancel to call, with no goroutine to watch Done;
 //   - a cancelCtx of the parent is made only for a lookup of a key that
 //     may be the context package's own (its type is *int), which is how
 //     context.Cause finds a context's cause: it is cancelled with the
@@ -74,8 +74,15 @@ func (c *flightCtx) end(cause error) {
 		a.started = true
 	}
 	c.mu.Unlock()
+	// Called here, not on goroutines of their own: what the context
+	// package registers is the cancellation of a derived context (or of
+	// context.AfterFunc's, which starts the user's function on a
+	// goroutine itself), and a derived context must have ended when
+	// Cancel returns, as a cancelCtx's children have when its cancel
+	// does: transport/tcp reads a dial's derived context right after the
+	// Offer that answered its creation.
 	for _, a := range afters {
-		go a.f()
+		a.f()
 	}
 }
 
@@ -126,10 +133,12 @@ func (c *flightCtx) cancelCtx() context.Context {
 	return c.made
 }
 
-// AfterFunc arranges for f to run on a goroutine of its own once the
-// context ends, as context.AfterFunc does; stop reports whether it stopped
-// f from being started. context.AfterFunc and the propagation of a derived
-// context's cancellation call it (the context package's afterFuncer).
+// AfterFunc arranges for f to be called once the context ends: by Cancel,
+// before it returns, or, if the context has ended already, on a goroutine
+// of its own (the context package calls AfterFunc holding a lock that f
+// takes); stop reports whether it stopped f from being called. The
+// context package's propagation of a derived context's cancellation, and
+// so context.AfterFunc, call it (its afterFuncer); f is theirs.
 func (c *flightCtx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -134,3 +134,20 @@ func TestFlightContextDerivedThroughAValue(t *testing.T) {
 	<-child.Done()
 	assert.ErrorIs(t, context.Cause(child), errCause)
 }
+
+// A context derived from a flight's has ended when Cancel returns, as a
+// cancelCtx's children have when its cancel does: code that hears of the
+// cancellation another way (an Offer's caller) reads the derived
+// context's Err at once.
+func TestFlightContextDerivedEndsBeforeCancelReturns(t *testing.T) {
+	for range 100 {
+		f := claimWith(t, context.Background())
+		child, stop := context.WithTimeout(f.Context(), time.Hour)
+		grandchild, stop2 := context.WithCancel(child)
+		f.Cancel(errCause)
+		assert.ErrorIs(t, child.Err(), context.Canceled)
+		assert.ErrorIs(t, context.Cause(grandchild), errCause)
+		stop2()
+		stop()
+	}
+}
