@@ -965,3 +965,138 @@ func TestUnreachableFromTheWatcherOfTheRevival(t *testing.T) {
 		t.Fatalf("L2 not news within 20s after the watcher reported L1 from its callback; Lookup(1) = %q, %v", a, err)
 	}
 }
+
+// gateEveryWatch holds the responses of every watch of key until open is
+// closed; started is closed when the first such watch begins.
+type gateEveryWatch struct {
+	clientv3.Watcher
+	key     string
+	open    chan struct{}
+	started chan struct{}
+	once    sync.Once
+}
+
+func (w *gateEveryWatch) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	in := w.Watcher.Watch(ctx, key, opts...)
+	if key != w.key {
+		return in
+	}
+	w.once.Do(func() { close(w.started) })
+	out := make(chan clientv3.WatchResponse)
+	go func() {
+		defer close(out)
+		select {
+		case <-w.open:
+		case <-ctx.Done():
+			return
+		}
+		for resp := range in {
+			select {
+			case out <- resp:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// Unreachable: "it watches peer's key for a life newer than the one
+// reported, which, as soon as it appears, replaces in the address cache
+// any older life held ... and then the watchers are told of it: from the
+// moment they are, Lookup and Resolve answer it."
+//
+// A revival watch for an older report (life L0) still runs when the life
+// that replaced it (L1) is reported unreachable too: no new watch starts,
+// and the old one, when it sees L1, puts the reported-dead L1 back into
+// the cache and ends. The next life (L2) is then followed by nobody.
+func TestASecondUnreachableWhileAnOlderRevivalRunsFollowsTheNextLife(t *testing.T) {
+	s := server(t)
+	prefix := "/test/" + t.Name() + "/"
+	key := etcddir.Key(prefix, 1)
+	c := client(t, s.URL())
+	gw := &gateEveryWatch{Watcher: c.Watcher, key: key, open: make(chan struct{}), started: make(chan struct{})}
+	c.Watcher = gw
+	d := open(t, c, onDemand)
+	h := listen(t, d)
+
+	p0 := open(t, client(t, s.URL()), onDemand)
+	if err := p0.Publish(1, "127.0.0.1:7000"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.Resolve(request(t), 1); err != nil || got != "127.0.0.1:7000" {
+		t.Fatalf("Resolve(1) = %q, %v", got, err)
+	}
+	h.expect(t, "1=127.0.0.1:7000")
+	d.Unreachable(1, "127.0.0.1:7000")
+	waitFor(t, "the revival watch of life L0 starts", gw.started)
+
+	p1 := open(t, client(t, s.URL()), onDemand)
+	if err := p1.Publish(1, "127.0.0.1:7001"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.Resolve(request(t), 1); err != nil || got != "127.0.0.1:7001" {
+		t.Fatalf("Resolve(1) after Unreachable of L0 and a restart = %q, %v; want L1", got, err)
+	}
+	h.expect(t, "1=127.0.0.1:7001")
+	d.Unreachable(1, "127.0.0.1:7001") // L1 is dead too
+	close(gw.open)                     // the L0 revival now sees L1's put
+
+	p2 := open(t, client(t, s.URL()), onDemand)
+	if err := p2.Publish(1, "127.0.0.1:7002"); err != nil {
+		t.Fatal(err)
+	}
+	// "as soon as it appears": the limit is generous, the expected delay ms.
+	select {
+	case n := <-h.ch:
+		if n != "1=127.0.0.1:7002" {
+			t.Fatalf("the watcher heard %q; want 1=127.0.0.1:7002", n)
+		}
+	case <-time.After(20 * time.Second):
+		got, err := d.Lookup(1)
+		t.Fatalf("after Unreachable(1, L1) and a new life L2, the watcher heard nothing in 20s; Lookup(1) = %q, %v (L1 is the address reported unreachable)", got, err)
+	}
+	if got, err := d.Lookup(1); err != nil || got != "127.0.0.1:7002" {
+		t.Fatalf("Lookup(1) once the watcher heard of L2 = %q, %v", got, err)
+	}
+}
+
+// Prefetch at an old revision (the fence's) after Unreachable reported
+// that revision's life: Unreachable says "it drops it ..., so that the
+// next Resolve reads the key again, linearizably". The peer's key is gone
+// (its lease expired); Prefetch puts the dead address back, and Resolve
+// answers it from memory.
+func TestPrefetchAtAnOlderRevisionLeavesAReportedDeadLifeOut(t *testing.T) {
+	s := server(t)
+	tc := client(t, s.URL())
+	prefix := "/test/" + t.Name() + "/"
+	key := etcddir.Key(prefix, 1)
+	p0 := open(t, client(t, s.URL()), onDemand)
+	if err := p0.Publish(1, "127.0.0.1:7001"); err != nil {
+		t.Fatal(err)
+	}
+	fence := modRevision(t, tc, key)
+	d := open(t, client(t, s.URL()), onDemand)
+	if got, err := d.Resolve(request(t), 1); err != nil || got != "127.0.0.1:7001" {
+		t.Fatalf("Resolve(1) = %q, %v", got, err)
+	}
+	p0.Close() // the process died: its key is gone
+	if got := stored(t, tc, key); got != "(absent)" {
+		t.Fatalf("key holds %q", got)
+	}
+	d.Unreachable(1, "127.0.0.1:7001")
+	if got, err := d.Lookup(1); err == nil {
+		t.Fatalf("Lookup(1) right after Unreachable = %q; want no address", got)
+	}
+	if err := d.Prefetch(request(t), fence); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.Lookup(1); err == nil {
+		t.Errorf("Lookup(1) after Unreachable of its only life (key deleted) and a Prefetch at an older revision = %q, nil; want no address", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if got, err := d.Resolve(ctx, 1); err == nil {
+		t.Errorf("Resolve(1) (key deleted, its life reported unreachable) = %q, nil; want a wait for a new life (here, the context's end)", got)
+	}
+}

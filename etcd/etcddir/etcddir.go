@@ -347,12 +347,18 @@ var errClosed = errors.New("etcddir: directory closed")
 // peer, no longer answers. In OnDemand mode, if the directory still holds
 // addr for peer, it drops it (a report about an older address leaves a
 // newer one alone), so that the next Resolve reads the key again,
-// linearizably; and it watches peer's key for a life newer than the one
-// reported, which, as soon as it appears, replaces in the address cache
-// any older life held (a Resolve may have read the reported one again
-// meanwhile, while its process's lease lasts), and then the watchers are
-// told of it: from the moment they are, Lookup and Resolve answer it. In
-// Mirror mode, which follows every change of every key, it does nothing.
+// linearizably; and it watches peer's key for a life newer than the
+// newest reported, which, as soon as it appears, replaces in the address
+// cache any older life held (a Resolve may have read the reported one
+// again meanwhile, while its process's lease lasts), and then the
+// watchers are told of it: from the moment they are, Lookup and Resolve
+// answer it. One watch per peer follows every report: a report made
+// while it runs (of the life it found, say) makes it wait for a life
+// newer than that one. A reported life, or an older one, is never put
+// back into the cache except by a read of the key (Resolve, or Lookup's
+// background fetch): not by Prefetch, nor by the watch. The watch ends
+// with a life newer than every report, or at Close. In Mirror mode, which follows every change of every
+// key, it does nothing.
 func (d *Directory) Unreachable(peer int, addr string) {
 	if d.check(peer) != nil || d.addrs == nil {
 		return

@@ -217,7 +217,8 @@ func (d *Directory) awaitFence(ctx context.Context, key string, rev int64) (fenc
 // each address read goes into the address cache unless the cache holds
 // that life of the peer or a newer one: a newer life replaces the older
 // address held, never the reverse, and a life older than one the
-// watchers were told of is passed over. With MaxEntries, the cache takes
+// watchers were told of, or not newer than the newest one reported to
+// [Directory.Unreachable], is passed over (and is not news). With MaxEntries, the cache takes
 // only what it has room for: Prefetch never evicts. The watchers hear of
 // each life newer than any they heard of, after the cache took it (or
 // had no room for it). In Mirror mode, which holds every address already,
@@ -235,8 +236,7 @@ func (d *Directory) Prefetch(ctx context.Context, rev int64) error {
 		if kind != kindPeer {
 			return
 		}
-		if a, err := d.decodeAddress(peer, kv); err == nil {
-			d.keepNewer(peer, a)
+		if a, err := d.decodeAddress(peer, kv); err == nil && d.keepNewer(peer, a) {
 			d.newLife(peer, a)
 		}
 	}

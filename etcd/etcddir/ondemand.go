@@ -43,6 +43,14 @@ type onDemand struct {
 	stale    map[int]bool    // the next fetch of the peer reads linearizably (Unreachable)
 	reviving map[int]bool    // a revival watch runs for the peer
 
+	// dead is, per peer, the newest life reported unreachable
+	// (Unreachable of the address the cache held). No revival, Prefetch
+	// or Offer puts it, or an older life, back into the cache: only a
+	// fetch does, which reads the key again (a false alarm, or a lease
+	// not yet expired). A revival waits for a life newer than it. Guarded
+	// by mu.
+	dead map[int]int64
+
 	// failed holds, per peer, what the last fetch or wait of the peer
 	// found wrong: an invalid value, or the old key format. Lookup answers
 	// it, so that a transport that calls only Lookup learns it. A fetch
@@ -98,7 +106,7 @@ var (
 
 func (d *Directory) openOnDemand(ctx context.Context) error {
 	d.ond = onDemand{
-		demands: map[int]*demand{}, stale: map[int]bool{}, reviving: map[int]bool{}, failed: map[int]error{},
+		demands: map[int]*demand{}, stale: map[int]bool{}, reviving: map[int]bool{}, dead: map[int]int64{}, failed: map[int]error{},
 		old: map[int]bool{}, oldWake: make(chan struct{}),
 		seen: map[int]int64{}, wake: make(chan struct{}, 1),
 	}
@@ -426,8 +434,9 @@ func (d *Directory) waitPublished(ctx context.Context, peer int, w *pending, rev
 	switch {
 	case err == nil:
 		d.found(peer, nil)
-		d.keepNewer(peer, a)
-		d.newLife(peer, a)
+		if d.keepNewer(peer, a) {
+			d.newLife(peer, a)
+		}
 	case errors.Is(context.Cause(ctx), errAbandoned):
 		d.count.abandoned.Add(1)
 		err = errAbandoned
@@ -601,63 +610,80 @@ func (d *Directory) unreachable(peer int, addr string) {
 	}
 	d.ond.mu.Lock()
 	d.ond.stale[peer] = true
+	d.ond.dead[peer] = max(d.ond.dead[peer], a.life)
+	// A revival that runs already waits, from its next look on, for a
+	// life newer than this one too.
 	revive := !d.ond.reviving[peer]
 	d.ond.reviving[peer] = true
 	d.ond.mu.Unlock()
-	if revive && !d.spawn(func() { d.revive(peer, a.life) }) {
+	if revive && !d.spawn(func() { d.revive(peer) }) {
 		d.ond.mu.Lock()
 		delete(d.ond.reviving, peer)
 		d.ond.mu.Unlock()
 	}
 }
 
-// revive watches peer's key for a life newer than dead, the one reported
-// unreachable: when one appears, it replaces in the address cache any
-// older life held (keepNewer; an Offer answers a fetch in flight), and
-// then the watchers hear of it. It ends then, or at Close.
-func (d *Directory) revive(peer int, dead int64) {
-	defer func() {
+// revive watches peer's key for a life newer than the newest reported
+// unreachable (dead): when one appears, it replaces in the address cache
+// any older life held (keepNewer; an Offer answers a fetch in flight),
+// and then the watchers hear of it. A report of a newer life while it
+// runs (the one it found included) makes it wait for a life newer than
+// that one: a second revival does not start while this one runs, so
+// this one follows every report. It ends with a life newer than every
+// report, or at Close.
+func (d *Directory) revive(peer int) {
+	for {
 		d.ond.mu.Lock()
-		delete(d.ond.reviving, peer)
+		dead := d.ond.dead[peer]
 		d.ond.mu.Unlock()
-	}()
-	a, err := d.fetchKey(d.ctx, peer, true, dead, true, 0)
-	if err != nil {
-		return // Close, or the peer moved to the old key format: nothing will come
+		a, err := d.fetchKey(d.ctx, peer, true, dead, true, 0)
+		if err == nil && d.keepNewer(peer, a) {
+			d.newLife(peer, a)
+		}
+		d.ond.mu.Lock()
+		if err != nil || a.life > d.ond.dead[peer] {
+			// Close, or a life that no report names: ended under mu, so
+			// that a report after this one starts a revival of its own.
+			delete(d.ond.reviving, peer)
+			d.ond.mu.Unlock()
+			return
+		}
+		d.ond.mu.Unlock()
 	}
-	d.keepNewer(peer, a)
-	d.newLife(peer, a)
 }
 
 // keepNewer puts a into the address cache unless it holds a's life or a
 // newer one: a newer life replaces an older one (the older is compared
 // and invalidated, then a offered), never the reverse, so that what the
 // watchers are told of next (newLife, which callers call after
-// keepNewer) is what Lookup answers from then on. A life older than one
-// the watchers were told of is not kept: it is over. Offer answers a
-// fetch in flight; a cache that is full (MaxEntries) or closed keeps
-// nothing, and the next ask fetches.
-func (d *Directory) keepNewer(peer int, a address) {
+// keepNewer, on the same goroutine) is what Lookup answers from then on.
+// A life older than one the watchers were told of is not kept: it is
+// over; nor is a life at or below the newest reported unreachable. Offer
+// answers a fetch in flight; a cache that is full (MaxEntries) or closed
+// keeps nothing, and the next ask fetches. It reports whether a is
+// current: kept, held already, or left out for want of room; false if
+// it is over, dead, or older than the life held.
+func (d *Directory) keepNewer(peer int, a address) bool {
 	for {
 		d.ond.mu.Lock()
-		over := a.life < d.ond.seen[peer]
+		over := a.life < d.ond.seen[peer] || a.life <= d.ond.dead[peer]
 		d.ond.mu.Unlock()
 		if over {
-			return
+			return false
 		}
 		if cur, held := d.addrs.Load(peer); held {
 			if cur.life >= a.life {
-				return
+				return cur.life == a.life
 			}
 			if !d.addrs.CompareAndInvalidate(peer, cur) {
 				continue // replaced or dropped meanwhile: look again
 			}
 		}
 		if d.addrs.Offer(peer, a) {
-			return
+			return true
 		}
 		if _, held := d.addrs.Load(peer); !held {
-			return // full or closed: nothing to compare with
+			return true // full or closed: nothing to compare with
 		}
 		// A fetch stored a value first: compare with it.
 	}
