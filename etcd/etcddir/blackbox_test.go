@@ -1100,3 +1100,93 @@ func TestPrefetchAtAnOlderRevisionLeavesAReportedDeadLifeOut(t *testing.T) {
 		t.Errorf("Resolve(1) (key deleted, its life reported unreachable) = %q, nil; want a wait for a new life (here, the context's end)", got)
 	}
 }
+
+// holdFirstRead holds the reads of key (single-key reads only) until release,
+// then makes them even if their context ended meanwhile.
+type holdFirstRead struct {
+	clientv3.KV
+	key     string
+	held    chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (k *holdFirstRead) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if key == k.key && len(clientv3.OpGet(key, opts...).RangeBytes()) == 0 {
+		hold := false
+		k.once.Do(func() { hold = true })
+		if hold {
+			close(k.held)
+			<-k.release
+			return k.KV.Get(context.WithoutCancel(ctx), key, opts...)
+		}
+	}
+	return k.KV.Get(ctx, key, opts...)
+}
+
+// "Each newer life replaces in the address cache the older one it may
+// hold before the watchers hear of it, so that Lookup answers what the
+// watchers were last told". A fetch in flight is answered by Prefetch's
+// Offer of an older life (read at the fence's revision); the fetch then
+// reads the newer life and tells the watchers of it, while the newer life
+// goes into the cache on a goroutine of its own (keepNewer, spawned):
+// a watcher that looks the peer up may find the older life.
+func TestWatchersHearOfANewerLifeOnlyOnceTheCacheHoldsIt(t *testing.T) {
+	s := server(t)
+	tc := client(t, s.URL())
+	prefix := "/test/" + t.Name() + "/"
+	key := etcddir.Key(prefix, 1)
+	p0 := open(t, client(t, s.URL()), onDemand)
+	if err := p0.Publish(1, "127.0.0.1:7001"); err != nil {
+		t.Fatal(err)
+	}
+	fence := modRevision(t, tc, key)
+	p1 := open(t, client(t, s.URL()), onDemand)
+	if err := p1.Publish(1, "127.0.0.1:7101"); err != nil {
+		t.Fatal(err)
+	}
+	c := client(t, s.URL())
+	k := &holdFirstRead{KV: c.KV, key: key, held: make(chan struct{}), release: make(chan struct{})}
+	c.KV = k
+	d := open(t, c, onDemand)
+	type seen struct{ news, lookup string }
+	got := make(chan seen, 8)
+	stop := d.Watch(func(peer int, addr string) {
+		a, err := d.Lookup(peer)
+		if err != nil {
+			a = err.Error()
+		}
+		got <- seen{addr, a}
+	})
+	defer stop()
+	res := make(chan string, 1)
+	go func() {
+		a, err := d.Resolve(request(t), 1) // a context that can end: the fetch runs on a goroutine of its own
+		res <- fmt.Sprint(a, " ", err)
+	}()
+	waitFor(t, "the fetch's read is held", k.held)
+	if err := d.Prefetch(request(t), fence); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-res:
+		t.Logf("Resolve answered by Prefetch's Offer: %s", r)
+	case <-time.After(patience):
+		t.Fatal("Prefetch's Offer did not answer the fetch in flight")
+	}
+	close(k.release)
+	for {
+		select {
+		case sn := <-got:
+			t.Logf("watcher heard %s; Lookup then = %s", sn.news, sn.lookup)
+			if sn.news == "127.0.0.1:7101" {
+				if sn.lookup != "127.0.0.1:7101" {
+					t.Fatalf("the watcher was told of the newer life %s, and Lookup then answered %s", sn.news, sn.lookup)
+				}
+				return
+			}
+		case <-time.After(patience):
+			t.Fatal("the watcher never heard of the newer life")
+		}
+	}
+}

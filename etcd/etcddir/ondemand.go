@@ -390,8 +390,16 @@ func (d *Directory) fetch(ctx context.Context, peer int) (address, error) {
 		}
 		if errors.Is(context.Cause(ctx), epcache.ErrOffered) {
 			// An Offer answered this fetch meanwhile, and the cache drops
-			// what it returns: keep it if it is the newer life.
-			d.spawn(func() { d.keepNewer(peer, a) })
+			// what it returns: keep it if it is the newer life, and only
+			// then tell the watchers of it, so that a watcher that looks
+			// the peer up finds it. (Not on this goroutine: the fetch is
+			// the cache's Create, still under way.)
+			d.spawn(func() {
+				if d.keepNewer(peer, a) {
+					d.newLife(peer, a)
+				}
+			})
+			return a, nil
 		}
 		d.newLife(peer, a)
 		return a, nil
