@@ -1190,3 +1190,65 @@ func TestWatchersHearOfANewerLifeOnlyOnceTheCacheHoldsIt(t *testing.T) {
 		}
 	}
 }
+
+// Lookup "answers what the last fetch of the peer found wrong with its
+// value or key format, or, if none did, a NotPublishedError"; a fetch is
+// "Resolve, Lookup's background fetch, Prefetch". A garbled value found
+// by Resolve, then corrected and read by Prefetch: once the address is
+// dropped (Unreachable; MaxEntries or IdleTimeout alike), Lookup answers
+// the garbled value's error, which is not a NotPublishedError, though the
+// last fetch found the value valid.
+func TestLookupForgetsAGarbledValueThatPrefetchFoundCorrected(t *testing.T) {
+	s := server(t)
+	tc := client(t, s.URL())
+	prefix := "/test/" + t.Name() + "/"
+	key := etcddir.Key(prefix, 1)
+	if _, err := tc.Put(request(t), key, "epcache-life=x 127.0.0.1:7001"); err != nil {
+		t.Fatal(err)
+	}
+	d := open(t, client(t, s.URL()), onDemand)
+	if _, err := d.Resolve(request(t), 1); err == nil {
+		t.Fatal("Resolve(1) of a garbled value succeeded")
+	}
+	if _, err := tc.Put(request(t), key, "127.0.0.1:7001"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Prefetch(request(t), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.Lookup(1); err != nil || got != "127.0.0.1:7001" {
+		t.Fatalf("Lookup(1) after Prefetch = %q, %v", got, err)
+	}
+	d.Unreachable(1, "127.0.0.1:7001")
+	if _, err := d.Lookup(1); err != nil && !errors.Is(err, directory.ErrNotPublished) {
+		t.Fatalf("Lookup(1) of a dropped address whose last fetch (Prefetch) found it valid: %v; want a NotPublishedError (or the address)", err)
+	}
+}
+
+// The other half of the promise above: a Prefetch at an older revision,
+// which reads the valid value written before the garbled one, leaves the
+// garbled value's error for Lookup to answer.
+func TestPrefetchAtAnOlderRevisionKeepsANewerGarbledError(t *testing.T) {
+	s := server(t)
+	tc := client(t, s.URL())
+	prefix := "/test/" + t.Name() + "/"
+	key := etcddir.Key(prefix, 1)
+	if _, err := tc.Put(request(t), key, "127.0.0.1:7001"); err != nil {
+		t.Fatal(err)
+	}
+	fence := modRevision(t, tc, key)
+	if _, err := tc.Put(request(t), key, "epcache-life=x 127.0.0.1:7001"); err != nil {
+		t.Fatal(err)
+	}
+	d := open(t, client(t, s.URL()), onDemand)
+	_, rerr := d.Resolve(request(t), 1)
+	if rerr == nil {
+		t.Fatal("Resolve(1) of a garbled value succeeded")
+	}
+	if err := d.Prefetch(request(t), fence); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.Lookup(1); err == nil || err.Error() != rerr.Error() {
+		t.Fatalf("Lookup(1) after a Prefetch at the revision before the garbled write = %q, %v; want Resolve's %v", got, err, rerr)
+	}
+}

@@ -285,7 +285,11 @@ func (d *Directory) request(ctx context.Context) (context.Context, context.Cance
 // published included), unless one runs or a Resolve of the peer is under
 // way, and answers what the last fetch of the peer found wrong with its value
 // or key format, or, if none did, a NotPublishedError (so a peer of the
-// old format too, before a fetch has looked for its key of this format):
+// old format too, before a fetch has looked for its key of this format).
+// A valid address that Prefetch or Unreachable's watch reads from a
+// later write of the key than the wrong one ends that answer; one read
+// from an earlier write (a Prefetch at an older revision) does not, and
+// is not kept:
 // a transport that only calls Lookup and retries it finds the address, or
 // learns what is wrong, on a later call. A peer whose value is wrong is
 // read again at each Lookup that starts a fetch, so that a corrected

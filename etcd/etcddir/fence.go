@@ -236,7 +236,12 @@ func (d *Directory) Prefetch(ctx context.Context, rev int64) error {
 		if kind != kindPeer {
 			return
 		}
-		if a, err := d.decodeAddress(peer, kv); err == nil && d.keepNewer(peer, a) {
+		a, err := d.decodeAddress(peer, kv)
+		if err != nil {
+			return
+		}
+		d.foundValid(peer, a.written)
+		if d.keepNewer(peer, a) {
 			d.newLife(peer, a)
 		}
 	}

@@ -29,11 +29,21 @@ import (
 // revision, one watch for all the peer's askers, and gives them the
 // address it finds, which it also offers to the cache.
 
-// address is what a fetch of a peer found: its address and the life it
-// belongs to. Compared by value: Unreachable drops the one it names.
+// address is what a fetch of a peer found: its address, the life it
+// belongs to, and the revision of the write read (the key's
+// ModRevision). Compared by value: Unreachable drops the one it names.
 type address struct {
-	addr string
-	life int64
+	addr    string
+	life    int64
+	written int64
+}
+
+// failure is what a fetch found wrong with a peer's key: err, in the
+// write of revision written (0: not a write of the key, such as the old
+// key format with this format's key absent).
+type failure struct {
+	err     error
+	written int64
 }
 
 // onDemand is the state of OnDemand beside the cache.
@@ -54,8 +64,11 @@ type onDemand struct {
 	// failed holds, per peer, what the last fetch or wait of the peer
 	// found wrong: an invalid value, or the old key format. Lookup answers
 	// it, so that a transport that calls only Lookup learns it. A fetch
-	// or wait that finds the key absent or valid clears it. Guarded by mu.
-	failed map[int]error
+	// or wait that finds the key absent or valid clears it; so does a
+	// valid life that Prefetch or a revival finds in a later write than
+	// the wrong one (a Prefetch at an older revision leaves a newer
+	// write's error alone). Guarded by mu.
+	failed map[int]failure
 
 	// old holds the peers whose key of the old format exists, as the
 	// guard last saw them; oldWake is closed and replaced when it gains
@@ -106,7 +119,7 @@ var (
 
 func (d *Directory) openOnDemand(ctx context.Context) error {
 	d.ond = onDemand{
-		demands: map[int]*demand{}, stale: map[int]bool{}, reviving: map[int]bool{}, dead: map[int]int64{}, failed: map[int]error{},
+		demands: map[int]*demand{}, stale: map[int]bool{}, reviving: map[int]bool{}, dead: map[int]int64{}, failed: map[int]failure{},
 		old: map[int]bool{}, oldWake: make(chan struct{}),
 		seen: map[int]int64{}, wake: make(chan struct{}, 1),
 	}
@@ -217,7 +230,7 @@ func (d *Directory) lookupOnDemand(peer int) (string, error) {
 	}
 	d.fetchInBackground(peer)
 	d.ond.mu.Lock()
-	err := d.ond.failed[peer]
+	err := d.ond.failed[peer].err
 	d.ond.mu.Unlock()
 	if err != nil {
 		return "", err
@@ -225,14 +238,26 @@ func (d *Directory) lookupOnDemand(peer int) (string, error) {
 	return "", &directory.NotPublishedError{Peer: peer}
 }
 
-// found records what a fetch or wait of peer found: err, an invalid value
-// or the old key format, or nil, the key absent or valid.
-func (d *Directory) found(peer int, err error) {
+// found records what a fetch or wait of peer, which reads the newest,
+// found: err, an invalid value or the old key format, in the write of
+// revision written, or nil, the key absent or valid.
+func (d *Directory) found(peer int, written int64, err error) {
 	d.ond.mu.Lock()
 	defer d.ond.mu.Unlock()
 	if err != nil {
-		d.ond.failed[peer] = err
+		d.ond.failed[peer] = failure{err, written}
 	} else {
+		delete(d.ond.failed, peer)
+	}
+}
+
+// foundValid records that Prefetch or a revival found a valid life of
+// peer in the write of revision written: it clears what a fetch found
+// wrong in an earlier write, not in a later one.
+func (d *Directory) foundValid(peer int, written int64) {
+	d.ond.mu.Lock()
+	defer d.ond.mu.Unlock()
+	if f, ok := d.ond.failed[peer]; ok && f.written < written {
 		delete(d.ond.failed, peer)
 	}
 }
@@ -384,7 +409,7 @@ func (d *Directory) fetch(ctx context.Context, peer int) (address, error) {
 		return address{}, errAwaiting
 	case kv != nil:
 		a, err := d.decodeAddress(peer, kv)
-		d.found(peer, err)
+		d.found(peer, a.written, err)
 		if err != nil {
 			return address{}, err
 		}
@@ -406,10 +431,10 @@ func (d *Directory) fetch(ctx context.Context, peer int) (address, error) {
 	}
 	if old, _ := d.oldPeer(peer); old {
 		err := d.oldFormatError(peer)
-		d.found(peer, err)
+		d.found(peer, 0, err)
 		return address{}, err
 	}
-	d.found(peer, nil)
+	d.found(peer, 0, nil)
 	d.awaitPublication(peer, rev)
 	return address{}, errAwaiting
 }
@@ -441,7 +466,7 @@ func (d *Directory) waitPublished(ctx context.Context, peer int, w *pending, rev
 	a, err := d.fetchKey(ctx, peer, rev == 0, 0, false, rev)
 	switch {
 	case err == nil:
-		d.found(peer, nil)
+		d.found(peer, 0, nil)
 		if d.keepNewer(peer, a) {
 			d.newLife(peer, a)
 		}
@@ -451,7 +476,7 @@ func (d *Directory) waitPublished(ctx context.Context, peer int, w *pending, rev
 	case d.ctx.Err() != nil:
 		err = errClosed
 	default:
-		d.found(peer, err)
+		d.found(peer, a.written, err)
 	}
 	d.endWait(peer, w, a, err)
 }
@@ -582,21 +607,22 @@ func (d *Directory) await(ctx context.Context, peer int, key string, rev, after 
 	}
 }
 
-// decodeAddress reads the address kv holds for peer.
+// decodeAddress reads the address kv holds for peer. On an error, the
+// address is empty but for written.
 func (d *Directory) decodeAddress(peer int, kv *mvccpb.KeyValue) (address, error) {
 	addr, life, err := decode(kv)
 	switch {
 	case err != nil:
-		return address{}, fmt.Errorf("etcddir: peer %d's value under %q is invalid: %w", peer, kv.Key, err)
+		return address{written: kv.ModRevision}, fmt.Errorf("etcddir: peer %d's value under %q is invalid: %w", peer, kv.Key, err)
 	case addr == "":
 		err = errors.New("the address is empty")
 	case d.opts.Validate != nil:
 		err = d.opts.Validate(addr)
 	}
 	if err != nil {
-		return address{}, fmt.Errorf("etcddir: peer %d's address %q under %q is invalid: %w", peer, addr, kv.Key, err)
+		return address{written: kv.ModRevision}, fmt.Errorf("etcddir: peer %d's address %q under %q is invalid: %w", peer, addr, kv.Key, err)
 	}
-	return address{addr: addr, life: life}, nil
+	return address{addr: addr, life: life, written: kv.ModRevision}, nil
 }
 
 // unreachable is Unreachable in OnDemand mode.
@@ -645,8 +671,11 @@ func (d *Directory) revive(peer int) {
 		dead := d.ond.dead[peer]
 		d.ond.mu.Unlock()
 		a, err := d.fetchKey(d.ctx, peer, true, dead, true, 0)
-		if err == nil && d.keepNewer(peer, a) {
-			d.newLife(peer, a)
+		if err == nil {
+			d.foundValid(peer, a.written)
+			if d.keepNewer(peer, a) {
+				d.newLife(peer, a)
+			}
 		}
 		d.ond.mu.Lock()
 		if err != nil || a.life > d.ond.dead[peer] {
@@ -666,7 +695,8 @@ func (d *Directory) revive(peer int) {
 // watchers are told of next (newLife, which callers call after
 // keepNewer, on the same goroutine) is what Lookup answers from then on.
 // A life older than one the watchers were told of is not kept: it is
-// over; nor is a life at or below the newest reported unreachable. Offer
+// over; nor is a life at or below the newest reported unreachable, nor
+// one read from a write older than the one a fetch found wrong. Offer
 // answers a fetch in flight; a cache that is full (MaxEntries) or closed
 // keeps nothing, and the next ask fetches. It reports whether a is
 // current: kept, held already, or left out for want of room; false if
@@ -674,7 +704,8 @@ func (d *Directory) revive(peer int) {
 func (d *Directory) keepNewer(peer int, a address) bool {
 	for {
 		d.ond.mu.Lock()
-		over := a.life < d.ond.seen[peer] || a.life <= d.ond.dead[peer]
+		over := a.life < d.ond.seen[peer] || a.life <= d.ond.dead[peer] ||
+			a.written < d.ond.failed[peer].written // a garbled write is a life of its own, newer
 		d.ond.mu.Unlock()
 		if over {
 			return false
