@@ -1252,3 +1252,50 @@ func TestPrefetchAtAnOlderRevisionKeepsANewerGarbledError(t *testing.T) {
 		t.Fatalf("Lookup(1) after a Prefetch at the revision before the garbled write = %q, %v; want Resolve's %v", got, err, rerr)
 	}
 }
+
+// A peer with keys of both formats ("answered with its key of this
+// format ... by both calls") is reported unreachable after its process
+// died (its v2 key gone, the old format's key left by an older etcddir
+// still there), and restarts. Unreachable: "it watches peer's key for a
+// life newer than the one reported, which, as soon as it appears,
+// replaces in the address cache any older life held ..., and then the
+// watchers are told of it". The revival reads the key once, finds only
+// the old format's, and ends: the restart is not followed.
+func TestUnreachableOfAPeerWithAnOldKeyFollowsItsRestart(t *testing.T) {
+	s := server(t)
+	tc := client(t, s.URL())
+	prefix := "/test/" + t.Name() + "/"
+	if _, err := tc.Put(request(t), prefix+"1", "127.0.0.1:9001"); err != nil {
+		t.Fatal(err)
+	}
+	p0 := open(t, client(t, s.URL()), onDemand)
+	if err := p0.Publish(1, "127.0.0.1:7001"); err != nil {
+		t.Fatal(err)
+	}
+	c := client(t, s.URL())
+	k := newCountingKV(c.KV)
+	c.KV = k
+	d := open(t, c, onDemand)
+	h := listen(t, d)
+	if got, err := d.Resolve(request(t), 1); err != nil || got != "127.0.0.1:7001" {
+		t.Fatalf("Resolve(1) = %q, %v", got, err)
+	}
+	h.expect(t, "1=127.0.0.1:7001")
+	p0.Close() // the process dies: its v2 key goes
+	d.Unreachable(1, "127.0.0.1:7001")
+	key := etcddir.Key(prefix, 1)
+	eventually(t, "the revival reads the key while it is absent", func() bool { return len(k.readsOf(key)) >= 2 })
+	p1 := open(t, client(t, s.URL()), onDemand)
+	if err := p1.Publish(1, "127.0.0.1:7101"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-h.ch:
+		if n != "1=127.0.0.1:7101" {
+			t.Fatalf("the watcher heard %s", n)
+		}
+	case <-time.After(20 * time.Second):
+		_, err := d.Lookup(1)
+		t.Fatalf("the restart of a peer reported unreachable was not news within 20s (Lookup(1) then: %v)", err)
+	}
+}

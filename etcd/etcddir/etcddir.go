@@ -361,7 +361,9 @@ var errClosed = errors.New("etcddir: directory closed")
 // newer than that one. A reported life, or an older one, is never put
 // back into the cache except by a read of the key (Resolve, or Lookup's
 // background fetch): not by Prefetch, nor by the watch. The watch ends
-// with a life newer than every report, or at Close. In Mirror mode, which follows every change of every
+// with a life newer than every report, or at Close; a key of the old
+// format for the peer does not end it (the key of this format, once
+// written, wins). In Mirror mode, which follows every change of every
 // key, it does nothing.
 func (d *Directory) Unreachable(peer int, addr string) {
 	if d.check(peer) != nil || d.addrs == nil {

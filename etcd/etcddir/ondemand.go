@@ -523,7 +523,9 @@ func (d *Directory) readKey(ctx context.Context, peer int, linear bool) (kv *mvc
 //
 // A garbled value is an error, unless waitValid is set: then it is passed
 // over, as an absent key is, until a valid life is written. A key of the
-// old format is an error while peer has no key of this format.
+// old format is an error while peer has no key of this format, unless
+// waitValid is set: Unreachable's watch waits for a life of this format,
+// which wins once written.
 func (d *Directory) fetchKey(ctx context.Context, peer int, linear bool, after int64, waitValid bool, from int64) (address, error) {
 	key := d.key(peer)
 	backoff := minBackoff
@@ -539,7 +541,7 @@ func (d *Directory) fetchKey(ctx context.Context, peer int, linear bool, after i
 						return a, err
 					}
 					absent = false
-				} else if old, _ := d.oldPeer(peer); old {
+				} else if old, _ := d.oldPeer(peer); old && !waitValid {
 					return address{}, d.oldFormatError(peer)
 				}
 				rev = r
@@ -568,15 +570,15 @@ func (d *Directory) fetchKey(ctx context.Context, peer int, linear bool, after i
 // await watches peer's key after revision rev until a put of a valid life
 // newer than after (found), an invalid value (an error, unless waitValid)
 // or, if the key was absent at rev, an old-format key of the peer (an
-// error), or the watch's end (neither: read again).
+// error, unless waitValid), or the watch's end (neither: read again).
 func (d *Directory) await(ctx context.Context, peer int, key string, rev, after int64, waitValid, absent bool) (a address, found bool, err error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := d.watch(wctx, key, clientv3.WithRev(rev+1), clientv3.WithFilterDelete())
 	old, oldWake := d.oldPeer(peer)
 	switch {
-	case !absent:
-		oldWake = nil // the peer has a key of this format: the old one does not count
+	case !absent || waitValid:
+		oldWake = nil // the peer has a key of this format, or one is waited for: the old one does not count
 	case old:
 		return address{}, false, d.oldFormatError(peer)
 	}
