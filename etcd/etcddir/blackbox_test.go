@@ -1299,3 +1299,46 @@ func TestUnreachableOfAPeerWithAnOldKeyFollowsItsRestart(t *testing.T) {
 		t.Fatalf("the restart of a peer reported unreachable was not news within 20s (Lookup(1) then: %v)", err)
 	}
 }
+
+// Watch's f calls runtime.Goexit (t.FailNow in a test's watcher, say) on
+// its first call: the doc forbids only stop and Close in f. The
+// directory goes on: a later publication is found by Lookup and Resolve,
+// and the other watchers hear of it.
+func TestAWatcherThatCallsGoexitStopsNothingElse(t *testing.T) {
+	forModes(t, func(t *testing.T, mode etcddir.Mode) {
+		s := server(t)
+		pub := open(t, client(t, s.URL()), onDemand)
+		d := open(t, client(t, s.URL()), inMode(mode))
+		var once sync.Once
+		var called atomic.Bool
+		stop := d.Watch(func(peer int, addr string) {
+			called.Store(true)
+			once.Do(runtime.Goexit)
+		})
+		defer stop()
+		if err := pub.Publish(1, "127.0.0.1:7001"); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := d.Resolve(request(t), 1); err != nil || got != "127.0.0.1:7001" {
+			t.Fatalf("Resolve(1) = %q, %v", got, err)
+		}
+		eventually(t, "the watcher is called", called.Load)
+		h := listen(t, d)
+		if err := pub.Publish(2, "127.0.0.1:7002"); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if got, err := d.Resolve(ctx, 2); err != nil || got != "127.0.0.1:7002" {
+			t.Fatalf("Resolve(2) after a watcher called Goexit = %q, %v", got, err)
+		}
+		select {
+		case n := <-h.ch:
+			if n != "2=127.0.0.1:7002" {
+				t.Fatalf("the other watcher heard %s", n)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("the other watcher heard nothing of peer 2 in 20s after a watcher called Goexit")
+		}
+	})
+}

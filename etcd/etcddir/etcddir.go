@@ -376,7 +376,11 @@ func (d *Directory) Unreachable(peer int, addr string) {
 // of a new life of the peer (see "What a watcher sees" in the package
 // doc), on a goroutine of the directory's, one call at a time, until stop
 // is called; stop waits for a call under way. f must not call stop or
-// Close.
+// Close. Each call of f runs on a goroutine of its own, which the
+// directory waits for: if f calls runtime.Goexit (t.FailNow in a test),
+// that call ends there, and the directory, the other watchers and later
+// calls go on as if it had returned. A panic in f is not recovered: as
+// on any goroutine, it ends the program.
 func (d *Directory) Watch(f func(peer int, addr string)) (stop func()) {
 	d.watchMu.Lock()
 	id := d.nextID
@@ -390,11 +394,21 @@ func (d *Directory) Watch(f func(peer int, addr string)) (stop func()) {
 	}
 }
 
+// notify calls every watcher with peer's new life, one at a time. It
+// runs on the mirror's or the news's loop, which a runtime.Goexit in f
+// would end for good: each call runs on a goroutine of its own instead,
+// whose end (a return or a Goexit) notify waits for. A call costs a
+// goroutine, and calls are as rare as new lives.
 func (d *Directory) notify(peer int, addr string) {
 	d.watchMu.Lock()
 	defer d.watchMu.Unlock()
 	for _, f := range d.watchers {
-		f(peer, addr)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f(peer, addr)
+		}()
+		<-done
 	}
 }
 
