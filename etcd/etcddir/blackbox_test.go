@@ -1342,3 +1342,56 @@ func TestAWatcherThatCallsGoexitStopsNothingElse(t *testing.T) {
 		}
 	})
 }
+
+// Close: "Close stops the directory's watches and fetches". Prefetch
+// overlapping Close goes on reading etcd, and after Close it reads every
+// page and reports success.
+func TestPrefetchOverlappingOrAfterCloseFails(t *testing.T) {
+	s := server(t)
+	prefix := "/test/" + t.Name() + "/"
+	pub := open(t, client(t, s.URL()), onDemand)
+	for p := range 4 {
+		if err := pub.Publish(p, fmt.Sprintf("127.0.0.1:%d", 7000+p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := client(t, s.URL())
+	k := newCountingKV(c.KV)
+	var ranges atomic.Int32
+	held := make(chan struct{})
+	k.hold = func(key string) bool {
+		if !strings.HasPrefix(key, prefix+"v2/") {
+			return false
+		}
+		if ranges.Add(1) == 2 {
+			close(held)
+			return true
+		}
+		return false
+	}
+	c.KV = k
+	d := open(t, c, func(o *etcddir.Options) { o.Mode, o.PageSize, o.Prefix = etcddir.OnDemand, 1, prefix })
+	done := make(chan error, 1)
+	go func() { done <- d.Prefetch(context.Background(), 0) }()
+	waitFor(t, "Prefetch reads its second page", held)
+	d.Close()
+	before := d.Counters().Ranges
+	close(k.release)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(patience):
+		t.Fatal("Prefetch overlapping Close did not return")
+	}
+	after := d.Counters().Ranges
+	t.Logf("Prefetch overlapping Close: %v; ranges after Close returned: %d", err, after-before)
+	if err == nil || !strings.Contains(err.Error(), "directory closed") || after > before {
+		t.Errorf("Prefetch overlapping Close returned %v and made %d range requests after Close returned; want it stopped by Close with an error", err, after-before)
+	}
+	before = d.Counters().Ranges
+	err = d.Prefetch(context.Background(), 0)
+	after = d.Counters().Ranges
+	if err == nil || !strings.Contains(err.Error(), "directory closed") || after > before {
+		t.Errorf("Prefetch after Close = %v, made %d range requests; want an error and no request", err, after-before)
+	}
+}

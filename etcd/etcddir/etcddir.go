@@ -239,6 +239,26 @@ func (d *Directory) spawn(f func()) bool {
 	return true
 }
 
+// enter begins a call that makes requests of its own (Prefetch) as one
+// of the directory's goroutines, which Close waits for. It returns ctx,
+// ended by Close too, and the function that ends the call; ok is false,
+// and nothing is begun, once Close has begun.
+func (d *Directory) enter(ctx context.Context) (_ context.Context, exit func(), ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, nil, false
+	}
+	d.loops.Add(1)
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(d.ctx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+		d.loops.Done()
+	}, true
+}
+
 // Size returns the number of peers.
 func (d *Directory) Size() int { return d.opts.Size }
 
@@ -432,7 +452,9 @@ func (d *Directory) Reloads() int64 { return d.count.reloads.Load() }
 // Timeout even if etcd does not answer. It does not close the client. A
 // Publish that overlaps Close either returns nil, and Close revokes its
 // lease, or fails and leaves nothing in etcd; a Resolve waiting when Close
-// begins fails.
+// begins fails; a Prefetch under way is stopped, fails as a Prefetch
+// after Close does, and Close waits for it to return, so that no
+// Prefetch request is made after Close returns.
 func (d *Directory) Close() error {
 	d.mu.Lock()
 	if d.closed {

@@ -226,7 +226,16 @@ func (d *Directory) awaitFence(ctx context.Context, key string, rev int64) (fenc
 // page or between two, Prefetch reads every page again at the newest
 // revision. Garbled values are passed over: Lookup and Resolve of their
 // peer fetch it, and say what is wrong.
+//
+// Close stops a Prefetch under way, which then returns the error of a
+// Prefetch after Close: one that says the directory is closed, without a
+// request to etcd, in both modes.
 func (d *Directory) Prefetch(ctx context.Context, rev int64) error {
+	ctx, exit, ok := d.enter(ctx)
+	if !ok {
+		return fmt.Errorf("etcddir: prefetching %q at revision %d: %w", d.opts.Prefix, rev, errClosed)
+	}
+	defer exit()
 	if d.addrs == nil {
 		return nil
 	}
@@ -249,7 +258,10 @@ func (d *Directory) Prefetch(ctx context.Context, rev int64) error {
 	if errors.Is(err, rpctypes.ErrCompacted) && ctx.Err() == nil {
 		_, err = d.rangeNewest(ctx, start, end, false, func() {}, each)
 	}
-	if err != nil {
+	switch {
+	case err != nil && d.ctx.Err() != nil:
+		return fmt.Errorf("etcddir: prefetching %q at revision %d: %w", d.opts.Prefix, rev, errClosed)
+	case err != nil:
 		return fmt.Errorf("etcddir: prefetching %q at revision %d: %w", d.opts.Prefix, rev, err)
 	}
 	return nil
