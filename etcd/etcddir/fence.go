@@ -225,7 +225,9 @@ func (d *Directory) awaitFence(ctx context.Context, key string, rev int64) (fenc
 // Prefetch does nothing. If etcd compacted rev away, before the first
 // page or between two, Prefetch reads every page again at the newest
 // revision. Garbled values are passed over: Lookup and Resolve of their
-// peer fetch it, and say what is wrong.
+// peer fetch it, and say what is wrong; a valid value read from a later
+// write of the key than one a fetch found wrong ends Lookup's answer of
+// that error (see [Directory.Lookup]).
 //
 // Close stops a Prefetch under way, which then returns the error of a
 // Prefetch after Close: one that says the directory is closed, without a
