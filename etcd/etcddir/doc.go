@@ -150,7 +150,8 @@
 // function is called when it learns of a life of a peer newer than any it
 // knew: from a fetch (Resolve, Lookup's background fetch, Prefetch), or
 // from the watch that Unreachable starts on the peer's key, which fetches
-// the peer's next life as soon as it is published and then ends. Each
+// the peer's next life newer than every one reported unreachable as soon
+// as it is published and then ends. Each
 // newer life replaces in the address cache the older one it may hold
 // before the watchers hear of it, so that Lookup answers what the
 // watchers were last told (or, where MaxEntries left no room for it,

@@ -239,6 +239,26 @@ func (d *Directory) spawn(f func()) bool {
 	return true
 }
 
+// enter begins a call that makes requests of its own (Prefetch) as one
+// of the directory's goroutines, which Close waits for. It returns ctx,
+// ended by Close too, and the function that ends the call; ok is false,
+// and nothing is begun, once Close has begun.
+func (d *Directory) enter(ctx context.Context) (_ context.Context, exit func(), ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, nil, false
+	}
+	d.loops.Add(1)
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(d.ctx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+		d.loops.Done()
+	}, true
+}
+
 // Size returns the number of peers.
 func (d *Directory) Size() int { return d.opts.Size }
 
@@ -285,7 +305,11 @@ func (d *Directory) request(ctx context.Context) (context.Context, context.Cance
 // published included), unless one runs or a Resolve of the peer is under
 // way, and answers what the last fetch of the peer found wrong with its value
 // or key format, or, if none did, a NotPublishedError (so a peer of the
-// old format too, before a fetch has looked for its key of this format):
+// old format too, before a fetch has looked for its key of this format).
+// A valid address that Prefetch or Unreachable's watch reads from a
+// later write of the key than the wrong one ends that answer; one read
+// from an earlier write (a Prefetch at an older revision) does not, and
+// is not kept:
 // a transport that only calls Lookup and retries it finds the address, or
 // learns what is wrong, on a later call. A peer whose value is wrong is
 // read again at each Lookup that starts a fetch, so that a corrected
@@ -347,12 +371,20 @@ var errClosed = errors.New("etcddir: directory closed")
 // peer, no longer answers. In OnDemand mode, if the directory still holds
 // addr for peer, it drops it (a report about an older address leaves a
 // newer one alone), so that the next Resolve reads the key again,
-// linearizably; and it watches peer's key for a life newer than the one
-// reported, which, as soon as it appears, replaces in the address cache
-// any older life held (a Resolve may have read the reported one again
-// meanwhile, while its process's lease lasts), and then the watchers are
-// told of it: from the moment they are, Lookup and Resolve answer it. In
-// Mirror mode, which follows every change of every key, it does nothing.
+// linearizably; and it watches peer's key for a life newer than the
+// newest reported, which, as soon as it appears, replaces in the address
+// cache any older life held (a Resolve may have read the reported one
+// again meanwhile, while its process's lease lasts), and then the
+// watchers are told of it: from the moment they are, Lookup and Resolve
+// answer it. One watch per peer follows every report: a report made
+// while it runs (of the life it found, say) makes it wait for a life
+// newer than that one. A reported life, or an older one, is never put
+// back into the cache except by a read of the key (Resolve, or Lookup's
+// background fetch): not by Prefetch, nor by the watch. The watch ends
+// with a life newer than every report, or at Close; a key of the old
+// format for the peer does not end it (the key of this format, once
+// written, wins). In Mirror mode, which follows every change of every
+// key, it does nothing.
 func (d *Directory) Unreachable(peer int, addr string) {
 	if d.check(peer) != nil || d.addrs == nil {
 		return
@@ -364,7 +396,11 @@ func (d *Directory) Unreachable(peer int, addr string) {
 // of a new life of the peer (see "What a watcher sees" in the package
 // doc), on a goroutine of the directory's, one call at a time, until stop
 // is called; stop waits for a call under way. f must not call stop or
-// Close.
+// Close. Each call of f runs on a goroutine of its own, which the
+// directory waits for: if f calls runtime.Goexit (t.FailNow in a test),
+// that call ends there, and the directory, the other watchers and later
+// calls go on as if it had returned. A panic in f is not recovered: as
+// on any goroutine, it ends the program.
 func (d *Directory) Watch(f func(peer int, addr string)) (stop func()) {
 	d.watchMu.Lock()
 	id := d.nextID
@@ -378,11 +414,21 @@ func (d *Directory) Watch(f func(peer int, addr string)) (stop func()) {
 	}
 }
 
+// notify calls every watcher with peer's new life, one at a time. It
+// runs on the mirror's or the news's loop, which a runtime.Goexit in f
+// would end for good: each call runs on a goroutine of its own instead,
+// whose end (a return or a Goexit) notify waits for. A call costs a
+// goroutine, and calls are as rare as new lives.
 func (d *Directory) notify(peer int, addr string) {
 	d.watchMu.Lock()
 	defer d.watchMu.Unlock()
 	for _, f := range d.watchers {
-		f(peer, addr)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f(peer, addr)
+		}()
+		<-done
 	}
 }
 
@@ -406,7 +452,9 @@ func (d *Directory) Reloads() int64 { return d.count.reloads.Load() }
 // Timeout even if etcd does not answer. It does not close the client. A
 // Publish that overlaps Close either returns nil, and Close revokes its
 // lease, or fails and leaves nothing in etcd; a Resolve waiting when Close
-// begins fails.
+// begins fails; a Prefetch under way is stopped, fails as a Prefetch
+// after Close does, and Close waits for it to return, so that no
+// Prefetch request is made after Close returns.
 func (d *Directory) Close() error {
 	d.mu.Lock()
 	if d.closed {

@@ -217,15 +217,27 @@ func (d *Directory) awaitFence(ctx context.Context, key string, rev int64) (fenc
 // each address read goes into the address cache unless the cache holds
 // that life of the peer or a newer one: a newer life replaces the older
 // address held, never the reverse, and a life older than one the
-// watchers were told of is passed over. With MaxEntries, the cache takes
+// watchers were told of, or not newer than the newest one reported to
+// [Directory.Unreachable], is passed over (and is not news). With MaxEntries, the cache takes
 // only what it has room for: Prefetch never evicts. The watchers hear of
 // each life newer than any they heard of, after the cache took it (or
 // had no room for it). In Mirror mode, which holds every address already,
 // Prefetch does nothing. If etcd compacted rev away, before the first
 // page or between two, Prefetch reads every page again at the newest
 // revision. Garbled values are passed over: Lookup and Resolve of their
-// peer fetch it, and say what is wrong.
+// peer fetch it, and say what is wrong; a valid value read from a later
+// write of the key than one a fetch found wrong ends Lookup's answer of
+// that error (see [Directory.Lookup]).
+//
+// Close stops a Prefetch under way, which then returns the error of a
+// Prefetch after Close: one that says the directory is closed, without a
+// request to etcd, in both modes.
 func (d *Directory) Prefetch(ctx context.Context, rev int64) error {
+	ctx, exit, ok := d.enter(ctx)
+	if !ok {
+		return fmt.Errorf("etcddir: prefetching %q at revision %d: %w", d.opts.Prefix, rev, errClosed)
+	}
+	defer exit()
 	if d.addrs == nil {
 		return nil
 	}
@@ -235,8 +247,12 @@ func (d *Directory) Prefetch(ctx context.Context, rev int64) error {
 		if kind != kindPeer {
 			return
 		}
-		if a, err := d.decodeAddress(peer, kv); err == nil {
-			d.keepNewer(peer, a)
+		a, err := d.decodeAddress(peer, kv)
+		if err != nil {
+			return
+		}
+		d.foundValid(peer, a.written)
+		if d.keepNewer(peer, a) {
 			d.newLife(peer, a)
 		}
 	}
@@ -244,7 +260,10 @@ func (d *Directory) Prefetch(ctx context.Context, rev int64) error {
 	if errors.Is(err, rpctypes.ErrCompacted) && ctx.Err() == nil {
 		_, err = d.rangeNewest(ctx, start, end, false, func() {}, each)
 	}
-	if err != nil {
+	switch {
+	case err != nil && d.ctx.Err() != nil:
+		return fmt.Errorf("etcddir: prefetching %q at revision %d: %w", d.opts.Prefix, rev, errClosed)
+	case err != nil:
 		return fmt.Errorf("etcddir: prefetching %q at revision %d: %w", d.opts.Prefix, rev, err)
 	}
 	return nil

@@ -29,11 +29,21 @@ import (
 // revision, one watch for all the peer's askers, and gives them the
 // address it finds, which it also offers to the cache.
 
-// address is what a fetch of a peer found: its address and the life it
-// belongs to. Compared by value: Unreachable drops the one it names.
+// address is what a fetch of a peer found: its address, the life it
+// belongs to, and the revision of the write read (the key's
+// ModRevision). Compared by value: Unreachable drops the one it names.
 type address struct {
-	addr string
-	life int64
+	addr    string
+	life    int64
+	written int64
+}
+
+// failure is what a fetch found wrong with a peer's key: err, in the
+// write of revision written (0: not a write of the key, such as the old
+// key format with this format's key absent).
+type failure struct {
+	err     error
+	written int64
 }
 
 // onDemand is the state of OnDemand beside the cache.
@@ -43,11 +53,22 @@ type onDemand struct {
 	stale    map[int]bool    // the next fetch of the peer reads linearizably (Unreachable)
 	reviving map[int]bool    // a revival watch runs for the peer
 
+	// dead is, per peer, the newest life reported unreachable
+	// (Unreachable of the address the cache held). No revival, Prefetch
+	// or Offer puts it, or an older life, back into the cache: only a
+	// fetch does, which reads the key again (a false alarm, or a lease
+	// not yet expired). A revival waits for a life newer than it. Guarded
+	// by mu.
+	dead map[int]int64
+
 	// failed holds, per peer, what the last fetch or wait of the peer
 	// found wrong: an invalid value, or the old key format. Lookup answers
 	// it, so that a transport that calls only Lookup learns it. A fetch
-	// or wait that finds the key absent or valid clears it. Guarded by mu.
-	failed map[int]error
+	// or wait that finds the key absent or valid clears it; so does a
+	// valid life that Prefetch or a revival finds in a later write than
+	// the wrong one (a Prefetch at an older revision leaves a newer
+	// write's error alone). Guarded by mu.
+	failed map[int]failure
 
 	// old holds the peers whose key of the old format exists, as the
 	// guard last saw them; oldWake is closed and replaced when it gains
@@ -98,7 +119,7 @@ var (
 
 func (d *Directory) openOnDemand(ctx context.Context) error {
 	d.ond = onDemand{
-		demands: map[int]*demand{}, stale: map[int]bool{}, reviving: map[int]bool{}, failed: map[int]error{},
+		demands: map[int]*demand{}, stale: map[int]bool{}, reviving: map[int]bool{}, dead: map[int]int64{}, failed: map[int]failure{},
 		old: map[int]bool{}, oldWake: make(chan struct{}),
 		seen: map[int]int64{}, wake: make(chan struct{}, 1),
 	}
@@ -209,7 +230,7 @@ func (d *Directory) lookupOnDemand(peer int) (string, error) {
 	}
 	d.fetchInBackground(peer)
 	d.ond.mu.Lock()
-	err := d.ond.failed[peer]
+	err := d.ond.failed[peer].err
 	d.ond.mu.Unlock()
 	if err != nil {
 		return "", err
@@ -217,14 +238,26 @@ func (d *Directory) lookupOnDemand(peer int) (string, error) {
 	return "", &directory.NotPublishedError{Peer: peer}
 }
 
-// found records what a fetch or wait of peer found: err, an invalid value
-// or the old key format, or nil, the key absent or valid.
-func (d *Directory) found(peer int, err error) {
+// found records what a fetch or wait of peer, which reads the newest,
+// found: err, an invalid value or the old key format, in the write of
+// revision written, or nil, the key absent or valid.
+func (d *Directory) found(peer int, written int64, err error) {
 	d.ond.mu.Lock()
 	defer d.ond.mu.Unlock()
 	if err != nil {
-		d.ond.failed[peer] = err
+		d.ond.failed[peer] = failure{err, written}
 	} else {
+		delete(d.ond.failed, peer)
+	}
+}
+
+// foundValid records that Prefetch or a revival found a valid life of
+// peer in the write of revision written: it clears what a fetch found
+// wrong in an earlier write, not in a later one.
+func (d *Directory) foundValid(peer int, written int64) {
+	d.ond.mu.Lock()
+	defer d.ond.mu.Unlock()
+	if f, ok := d.ond.failed[peer]; ok && f.written < written {
 		delete(d.ond.failed, peer)
 	}
 }
@@ -376,24 +409,32 @@ func (d *Directory) fetch(ctx context.Context, peer int) (address, error) {
 		return address{}, errAwaiting
 	case kv != nil:
 		a, err := d.decodeAddress(peer, kv)
-		d.found(peer, err)
+		d.found(peer, a.written, err)
 		if err != nil {
 			return address{}, err
 		}
 		if errors.Is(context.Cause(ctx), epcache.ErrOffered) {
 			// An Offer answered this fetch meanwhile, and the cache drops
-			// what it returns: keep it if it is the newer life.
-			d.spawn(func() { d.keepNewer(peer, a) })
+			// what it returns: keep it if it is the newer life, and only
+			// then tell the watchers of it, so that a watcher that looks
+			// the peer up finds it. (Not on this goroutine: the fetch is
+			// the cache's Create, still under way.)
+			d.spawn(func() {
+				if d.keepNewer(peer, a) {
+					d.newLife(peer, a)
+				}
+			})
+			return a, nil
 		}
 		d.newLife(peer, a)
 		return a, nil
 	}
 	if old, _ := d.oldPeer(peer); old {
 		err := d.oldFormatError(peer)
-		d.found(peer, err)
+		d.found(peer, 0, err)
 		return address{}, err
 	}
-	d.found(peer, nil)
+	d.found(peer, 0, nil)
 	d.awaitPublication(peer, rev)
 	return address{}, errAwaiting
 }
@@ -425,16 +466,17 @@ func (d *Directory) waitPublished(ctx context.Context, peer int, w *pending, rev
 	a, err := d.fetchKey(ctx, peer, rev == 0, 0, false, rev)
 	switch {
 	case err == nil:
-		d.found(peer, nil)
-		d.keepNewer(peer, a)
-		d.newLife(peer, a)
+		d.found(peer, 0, nil)
+		if d.keepNewer(peer, a) {
+			d.newLife(peer, a)
+		}
 	case errors.Is(context.Cause(ctx), errAbandoned):
 		d.count.abandoned.Add(1)
 		err = errAbandoned
 	case d.ctx.Err() != nil:
 		err = errClosed
 	default:
-		d.found(peer, err)
+		d.found(peer, a.written, err)
 	}
 	d.endWait(peer, w, a, err)
 }
@@ -481,7 +523,9 @@ func (d *Directory) readKey(ctx context.Context, peer int, linear bool) (kv *mvc
 //
 // A garbled value is an error, unless waitValid is set: then it is passed
 // over, as an absent key is, until a valid life is written. A key of the
-// old format is an error while peer has no key of this format.
+// old format is an error while peer has no key of this format, unless
+// waitValid is set: Unreachable's watch waits for a life of this format,
+// which wins once written.
 func (d *Directory) fetchKey(ctx context.Context, peer int, linear bool, after int64, waitValid bool, from int64) (address, error) {
 	key := d.key(peer)
 	backoff := minBackoff
@@ -497,7 +541,7 @@ func (d *Directory) fetchKey(ctx context.Context, peer int, linear bool, after i
 						return a, err
 					}
 					absent = false
-				} else if old, _ := d.oldPeer(peer); old {
+				} else if old, _ := d.oldPeer(peer); old && !waitValid {
 					return address{}, d.oldFormatError(peer)
 				}
 				rev = r
@@ -526,15 +570,15 @@ func (d *Directory) fetchKey(ctx context.Context, peer int, linear bool, after i
 // await watches peer's key after revision rev until a put of a valid life
 // newer than after (found), an invalid value (an error, unless waitValid)
 // or, if the key was absent at rev, an old-format key of the peer (an
-// error), or the watch's end (neither: read again).
+// error, unless waitValid), or the watch's end (neither: read again).
 func (d *Directory) await(ctx context.Context, peer int, key string, rev, after int64, waitValid, absent bool) (a address, found bool, err error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := d.watch(wctx, key, clientv3.WithRev(rev+1), clientv3.WithFilterDelete())
 	old, oldWake := d.oldPeer(peer)
 	switch {
-	case !absent:
-		oldWake = nil // the peer has a key of this format: the old one does not count
+	case !absent || waitValid:
+		oldWake = nil // the peer has a key of this format, or one is waited for: the old one does not count
 	case old:
 		return address{}, false, d.oldFormatError(peer)
 	}
@@ -565,21 +609,22 @@ func (d *Directory) await(ctx context.Context, peer int, key string, rev, after 
 	}
 }
 
-// decodeAddress reads the address kv holds for peer.
+// decodeAddress reads the address kv holds for peer. On an error, the
+// address is empty but for written.
 func (d *Directory) decodeAddress(peer int, kv *mvccpb.KeyValue) (address, error) {
 	addr, life, err := decode(kv)
 	switch {
 	case err != nil:
-		return address{}, fmt.Errorf("etcddir: peer %d's value under %q is invalid: %w", peer, kv.Key, err)
+		return address{written: kv.ModRevision}, fmt.Errorf("etcddir: peer %d's value under %q is invalid: %w", peer, kv.Key, err)
 	case addr == "":
 		err = errors.New("the address is empty")
 	case d.opts.Validate != nil:
 		err = d.opts.Validate(addr)
 	}
 	if err != nil {
-		return address{}, fmt.Errorf("etcddir: peer %d's address %q under %q is invalid: %w", peer, addr, kv.Key, err)
+		return address{written: kv.ModRevision}, fmt.Errorf("etcddir: peer %d's address %q under %q is invalid: %w", peer, addr, kv.Key, err)
 	}
-	return address{addr: addr, life: life}, nil
+	return address{addr: addr, life: life, written: kv.ModRevision}, nil
 }
 
 // unreachable is Unreachable in OnDemand mode.
@@ -601,63 +646,85 @@ func (d *Directory) unreachable(peer int, addr string) {
 	}
 	d.ond.mu.Lock()
 	d.ond.stale[peer] = true
+	d.ond.dead[peer] = max(d.ond.dead[peer], a.life)
+	// A revival that runs already waits, from its next look on, for a
+	// life newer than this one too.
 	revive := !d.ond.reviving[peer]
 	d.ond.reviving[peer] = true
 	d.ond.mu.Unlock()
-	if revive && !d.spawn(func() { d.revive(peer, a.life) }) {
+	if revive && !d.spawn(func() { d.revive(peer) }) {
 		d.ond.mu.Lock()
 		delete(d.ond.reviving, peer)
 		d.ond.mu.Unlock()
 	}
 }
 
-// revive watches peer's key for a life newer than dead, the one reported
-// unreachable: when one appears, it replaces in the address cache any
-// older life held (keepNewer; an Offer answers a fetch in flight), and
-// then the watchers hear of it. It ends then, or at Close.
-func (d *Directory) revive(peer int, dead int64) {
-	defer func() {
+// revive watches peer's key for a life newer than the newest reported
+// unreachable (dead): when one appears, it replaces in the address cache
+// any older life held (keepNewer; an Offer answers a fetch in flight),
+// and then the watchers hear of it. A report of a newer life while it
+// runs (the one it found included) makes it wait for a life newer than
+// that one: a second revival does not start while this one runs, so
+// this one follows every report. It ends with a life newer than every
+// report, or at Close.
+func (d *Directory) revive(peer int) {
+	for {
 		d.ond.mu.Lock()
-		delete(d.ond.reviving, peer)
+		dead := d.ond.dead[peer]
 		d.ond.mu.Unlock()
-	}()
-	a, err := d.fetchKey(d.ctx, peer, true, dead, true, 0)
-	if err != nil {
-		return // Close, or the peer moved to the old key format: nothing will come
+		a, err := d.fetchKey(d.ctx, peer, true, dead, true, 0)
+		if err == nil {
+			d.foundValid(peer, a.written)
+			if d.keepNewer(peer, a) {
+				d.newLife(peer, a)
+			}
+		}
+		d.ond.mu.Lock()
+		if err != nil || a.life > d.ond.dead[peer] {
+			// Close, or a life that no report names: ended under mu, so
+			// that a report after this one starts a revival of its own.
+			delete(d.ond.reviving, peer)
+			d.ond.mu.Unlock()
+			return
+		}
+		d.ond.mu.Unlock()
 	}
-	d.keepNewer(peer, a)
-	d.newLife(peer, a)
 }
 
 // keepNewer puts a into the address cache unless it holds a's life or a
 // newer one: a newer life replaces an older one (the older is compared
 // and invalidated, then a offered), never the reverse, so that what the
 // watchers are told of next (newLife, which callers call after
-// keepNewer) is what Lookup answers from then on. A life older than one
-// the watchers were told of is not kept: it is over. Offer answers a
-// fetch in flight; a cache that is full (MaxEntries) or closed keeps
-// nothing, and the next ask fetches.
-func (d *Directory) keepNewer(peer int, a address) {
+// keepNewer, on the same goroutine) is what Lookup answers from then on.
+// A life older than one the watchers were told of is not kept: it is
+// over; nor is a life at or below the newest reported unreachable, nor
+// one read from a write older than the one a fetch found wrong. Offer
+// answers a fetch in flight; a cache that is full (MaxEntries) or closed
+// keeps nothing, and the next ask fetches. It reports whether a is
+// current: kept, held already, or left out for want of room; false if
+// it is over, dead, or older than the life held.
+func (d *Directory) keepNewer(peer int, a address) bool {
 	for {
 		d.ond.mu.Lock()
-		over := a.life < d.ond.seen[peer]
+		over := a.life < d.ond.seen[peer] || a.life <= d.ond.dead[peer] ||
+			a.written < d.ond.failed[peer].written // a garbled write is a life of its own, newer
 		d.ond.mu.Unlock()
 		if over {
-			return
+			return false
 		}
 		if cur, held := d.addrs.Load(peer); held {
 			if cur.life >= a.life {
-				return
+				return cur.life == a.life
 			}
 			if !d.addrs.CompareAndInvalidate(peer, cur) {
 				continue // replaced or dropped meanwhile: look again
 			}
 		}
 		if d.addrs.Offer(peer, a) {
-			return
+			return true
 		}
 		if _, held := d.addrs.Load(peer); !held {
-			return // full or closed: nothing to compare with
+			return true // full or closed: nothing to compare with
 		}
 		// A fetch stored a value first: compare with it.
 	}
