@@ -152,12 +152,16 @@
 // from the watch that Unreachable starts on the peer's key, which fetches
 // the peer's next life newer than every one reported unreachable as soon
 // as it is published and then ends. Each
-// newer life replaces in the address cache the older one it may hold
-// before the watchers hear of it, so that Lookup answers what the
-// watchers were last told (or, where MaxEntries left no room for it,
-// fetches it again); an older life never replaces a newer one. A peer
-// whose address was never reported unreachable is not followed: its withdrawal and its restart are news
-// only once this process asks again.
+// newer life that Unreachable's watch or Prefetch finds replaces in the
+// address cache the older one it may hold before the watchers hear of it,
+// so that Lookup answers what the watchers were last told (or, where
+// MaxEntries left no room for it, fetches it again). A life that a fetch
+// of Resolve or Lookup reads is told to the watchers as the fetch ends,
+// just before the cache stores it: a Lookup made from the watcher's call
+// may answer that the peer has not published yet, never an older life.
+// An older life never replaces a newer one. A peer whose address was
+// never reported unreachable is not followed: its withdrawal and its
+// restart are news only once this process asks again.
 //
 // # etcd going away
 //
