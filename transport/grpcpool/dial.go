@@ -23,7 +23,10 @@ import (
 // connection is Ready, so that a connection SetMembers overtook is not
 // published).
 func (p *Pool) dial(ctx context.Context, key string) (_ *conn, err error) {
-	addr, link := splitKey(key)
+	addr, link := key, 0
+	if p.cfg.MaxStreamsPerConn > 0 {
+		addr, link = splitKey(key)
+	}
 	if addr == "" {
 		return nil, &dialError{addr, errors.New("empty address")}
 	}

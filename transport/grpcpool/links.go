@@ -54,22 +54,35 @@ import (
 
 // linkKey is the cache key of addr's link n: addr itself for the first,
 // so that a pool without MaxStreamsPerConn is keyed as it always was; for
-// the others addr, a NUL (which no address holds), and n.
+// the others addr, a NUL and n. An address that holds a NUL itself has the
+// suffix on its first link too ("\x000"), so that no address's key is
+// another's link: "A\x001" is not A's link 1, whose key is "A\x001" and
+// whose address is A, but its own first link "A\x001\x000". The key's last
+// NUL is then always the one linkKey put there.
 func linkKey(addr string, n int) string {
-	if n == 0 {
+	if n == 0 && strings.IndexByte(addr, 0) < 0 {
 		return addr
 	}
 	return addr + "\x00" + strconv.Itoa(n)
 }
 
-// splitKey is linkKey's inverse.
+// splitKey is linkKey's inverse, for the keys of a pool under
+// MaxStreamsPerConn (without it every key is an address as it is).
 func splitKey(key string) (addr string, n int) {
 	i := strings.LastIndexByte(key, 0)
 	if i < 0 {
 		return key, 0
 	}
-	n, _ = strconv.Atoi(key[i+1:])
+	n, _ = strconv.Atoi(key[i+1:]) // linkKey's: it never fails
 	return key[:i], n
+}
+
+// firstKey is the cache key of addr's first connection.
+func (p *Pool) firstKey(addr string) string {
+	if p.cfg.MaxStreamsPerConn == 0 {
+		return addr
+	}
+	return linkKey(addr, 0)
 }
 
 // streams is an address's count of calls per link.
@@ -120,7 +133,7 @@ func (p *Pool) streamsOf(addr string) *streams {
 		return s.(*streams)
 	}
 	s := &streams{}
-	first := []*link{{key: addr}}
+	first := []*link{{key: linkKey(addr, 0)}}
 	s.links.Store(&first)
 	freed := make(chan struct{})
 	s.freed.Store(&freed)
@@ -133,7 +146,7 @@ func (p *Pool) streamsOf(addr string) *streams {
 func (p *Pool) keysOf(addr string) []string {
 	s, ok := p.streams.Load(addr)
 	if !ok {
-		return []string{addr}
+		return []string{p.firstKey(addr)}
 	}
 	links := *s.(*streams).links.Load()
 	keys := make([]string, len(links))

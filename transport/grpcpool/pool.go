@@ -218,14 +218,15 @@ func (p *Pool) Do(ctx context.Context, addr string, call func(ctx context.Contex
 // abandoned while the call waits for it.
 func (p *Pool) doCounted(ctx context.Context, addr string, call func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
 	p.join(addr)
+	key := p.firstKey(addr)
 	for {
-		lease, err := p.cache.Acquire(ctx, addr)
+		lease, err := p.cache.Acquire(ctx, key)
 		if err != nil {
 			if errors.Is(err, errAbandoned) {
 				// The answer of a dial that ended before this call
 				// counted itself (remembered, with ErrorTTL): not the
 				// address's failure.
-				p.cache.Forget(addr)
+				p.cache.Forget(key)
 				continue
 			}
 			p.leave(addr)
@@ -505,10 +506,10 @@ func (p *Pool) warm(ctx context.Context, addr string) error {
 		if m != nil && !m.has(addr) {
 			return nil
 		}
-		lease, err := p.cache.Acquire(ctx, addr)
+		lease, err := p.cache.Acquire(ctx, p.firstKey(addr))
 		if err != nil {
 			if errors.Is(err, errAbandoned) {
-				p.cache.Forget(addr) // it left the members meanwhile: skipped
+				p.cache.Forget(p.firstKey(addr)) // it left the members meanwhile: skipped
 				continue
 			}
 			return p.noConn(ctx, addr, err)
