@@ -22,54 +22,63 @@ import (
 
 // Tests of several connections per address found by an outside review.
 
-// TestDialIsCalledAtMostOnceAtATimePerAddress: Config.Dial's doc
-// says "It is called at most once at a time per address". Under
-// MaxStreamsPerConn the growth dials of one address run at once.
-func TestDialIsCalledAtMostOnceAtATimePerAddress(t *testing.T) {
-	s := startServer(t)
-	var mu sync.Mutex
-	inFlight := map[string]int{}
-	most := 0
-	gate := make(chan struct{})
-	entered := make(chan struct{}, 16)
-	var d countingDial
-	p := newPool(t, grpcpool.Config{MaxStreamsPerConn: 1, Dial: func(ctx context.Context, addr string) (*grpc.ClientConn, error) {
-		mu.Lock()
-		inFlight[addr]++
-		most = max(most, inFlight[addr])
-		mu.Unlock()
-		entered <- struct{}{}
-		<-gate
-		mu.Lock()
-		inFlight[addr]--
-		mu.Unlock()
-		return d.dial(ctx, addr)
-	}})
-	hs := make([]*held, 3)
-	for i := range hs {
-		hs[i] = newHeld()
-		go func() {
-			defer close(hs[i].done)
-			hs[i].result = p.Do(context.Background(), s.addr, hs[i].call)
-		}()
-	}
-	// Wait for the dials that will come (3 at once if growth dials in
-	// parallel, 1 if the promise holds), then let them go.
-	<-entered
-	time.Sleep(200 * time.Millisecond) // not a correctness wait: only lets further dials enter
-	close(gate)
-	for _, h := range hs {
-		<-h.started
-	}
-	for _, h := range hs {
-		if err := h.finish(t); err != nil {
-			t.Error(err)
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if most > 1 {
-		t.Errorf("Config.Dial ran %d times at once for %s; its doc says \"It is called at most once at a time per address\"", most, s.addr)
+// TestDialIsCalledAtMostOnceAtATimePerConnection: Config.Dial's doc says
+// "It is called at most once at a time per connection": three calls at
+// once dial one connection without MaxStreamsPerConn, and three (one each,
+// all at once, each once) with one stream a connection.
+func TestDialIsCalledAtMostOnceAtATimePerConnection(t *testing.T) {
+	for _, tc := range []struct {
+		streams, most int
+	}{{0, 1}, {1, 3}} {
+		t.Run(fmt.Sprintf("MaxStreamsPerConn=%d", tc.streams), func(t *testing.T) {
+			s := startServer(t)
+			var mu sync.Mutex
+			inFlight, most := 0, 0
+			gate := make(chan struct{})
+			entered := make(chan struct{}, 16)
+			var d countingDial
+			p := newPool(t, grpcpool.Config{MaxStreamsPerConn: tc.streams, Dial: func(ctx context.Context, addr string) (*grpc.ClientConn, error) {
+				mu.Lock()
+				inFlight++
+				most = max(most, inFlight)
+				mu.Unlock()
+				entered <- struct{}{}
+				<-gate
+				mu.Lock()
+				inFlight--
+				mu.Unlock()
+				return d.dial(ctx, addr)
+			}})
+			hs := make([]*held, 3)
+			for i := range hs {
+				hs[i] = newHeld()
+				go func() {
+					defer close(hs[i].done)
+					hs[i].result = p.Do(context.Background(), s.addr, hs[i].call)
+				}()
+			}
+			for range tc.most {
+				<-entered
+			}
+			if tc.most == 1 {
+				// Every call waits for the one dial: the gate holds it.
+				waitFor(t, "the three calls wait for the dial", func() bool { return p.Stats().Cache.Waits >= 2 })
+			}
+			close(gate)
+			for _, h := range hs {
+				<-h.started
+			}
+			for _, h := range hs {
+				if err := h.finish(t); err != nil {
+					t.Error(err)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if most != tc.most || d.of(s.addr) != tc.most {
+				t.Errorf("Config.Dial ran %d times at once, %d in all; want %d, %d (once per connection)", most, d.of(s.addr), tc.most, tc.most)
+			}
+		})
 	}
 }
 
