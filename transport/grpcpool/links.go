@@ -227,11 +227,17 @@ func (p *Pool) reserve(s *streams) *link {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	links := *s.links.Load()
-	for _, wantReady := range []bool{true, false} {
-		for _, l := range links {
-			if p.ready(l) == wantReady && l.tryAdd(max) {
-				return l
-			}
+	// Ready links first; then any with room, ready or not: a link that
+	// became ready after the first pass looked at it has room all the
+	// same, and skipping it would grow a link nobody needs.
+	for _, l := range links {
+		if p.ready(l) && l.tryAdd(max) {
+			return l
+		}
+	}
+	for _, l := range links {
+		if l.tryAdd(max) {
+			return l
 		}
 	}
 	if p.cfg.MaxConnsPerAddr == 0 || len(links) < p.cfg.MaxConnsPerAddr {
