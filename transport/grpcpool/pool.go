@@ -484,7 +484,9 @@ func (p *Pool) dropDeparted(old, set *memberSet) {
 // Ready. It skips an address that is not a member, whose connection would
 // close as Warm returned (see the package doc). It returns the dials'
 // errors, joined (nil if every member has a connection), or ctx.Err() if
-// ctx ended first. Under MaxConns, warming more addresses than there is
+// ctx ended first. Under MaxStreamsPerConn an address has a connection
+// when any of its connections is ready: Warm then dials nothing for it.
+// Under MaxConns, warming more addresses than there is
 // room for evicts connections as a Do would (Config.MaxConns).
 func (p *Pool) Warm(ctx context.Context, addrs ...string) error {
 	errs := make([]error, len(addrs))
@@ -506,11 +508,20 @@ func (p *Pool) warm(ctx context.Context, addr string) error {
 		if m != nil && !m.has(addr) {
 			return nil
 		}
+		if p.cfg.MaxStreamsPerConn > 0 && p.ConnsTo(addr) > 0 {
+			return nil // it has a connection (its first, or another)
+		}
 		lease, err := p.cache.Acquire(ctx, p.firstKey(addr))
 		if err != nil {
 			if errors.Is(err, errAbandoned) {
 				p.cache.Forget(p.firstKey(addr)) // it left the members meanwhile: skipped
 				continue
+			}
+			if p.cfg.MaxStreamsPerConn > 0 && ctx.Err() == nil && p.ConnsTo(addr) > 0 {
+				// The first connection's dial failed (or ErrorTTL
+				// remembers its failure), but another connection is
+				// ready: the address has one.
+				return nil
 			}
 			return p.noConn(ctx, addr, err)
 		}
