@@ -154,6 +154,9 @@ func (p *Pool) release(_ string, c *conn) {
 		p.st.shrunk.Add(1)
 	}
 	p.closeConn(c)
+	if p.cfg.MaxStreamsPerConn > 0 && !p.isMember(c.addr) {
+		p.tidy(c.addr) // its last connection may have closed
+	}
 }
 
 // dropMember drops c, a member's connection, for cause: its address left

@@ -96,6 +96,14 @@ type streams struct {
 	// takes it rather than wait for the dial.
 	waiting atomic.Int32
 	freed   atomic.Pointer[chan struct{}]
+
+	// users counts the calls that use these streams (doStreams, from
+	// before their first look to after their end), or is -1 once the
+	// streams are dead: tidy took them out of p.streams, so that an
+	// address that left keeps no memory. Dead is for good; a call that
+	// finds them dead deletes them from p.streams itself, if tidy has not
+	// yet, and makes the address new ones.
+	users atomic.Int32
 }
 
 // end uncounts a call on l; if that freed a stream of a ready link that
@@ -127,7 +135,56 @@ func (l *link) tryAdd(max int32) bool {
 	}
 }
 
-// streamsOf returns addr's streams, made on first use.
+// useStreams returns addr's streams, made on first use, counting the call
+// as one of its users until doneStreams.
+func (p *Pool) useStreams(addr string) *streams {
+	for {
+		s := p.streamsOf(addr)
+		for n := s.users.Load(); n >= 0; n = s.users.Load() {
+			if s.users.CompareAndSwap(n, n+1) {
+				return s
+			}
+		}
+		p.streams.CompareAndDelete(addr, s) // dead: help tidy, then make new ones
+	}
+}
+
+// doneStreams uncounts a user of s, addr's streams; the last call to a
+// non-member tidies them away.
+func (p *Pool) doneStreams(addr string, s *streams) {
+	if s.users.Add(-1) == 0 && !p.isMember(addr) {
+		p.tidy(addr)
+	}
+}
+
+// tidy deletes addr's streams from p.streams if addr is not a member and
+// none of its links has a call or a connection: its next call starts from
+// a first link, as a new address does. A call that is just reserving holds
+// the streams as a user, so tidy leaves them; a dial in flight has a call
+// waiting for it (a user), or publishes nothing (abandoned). It runs when
+// an address leaves the members, when a non-member's last call ends, and
+// when one of a non-member's connections closes.
+func (p *Pool) tidy(addr string) {
+	v, ok := p.streams.Load(addr)
+	if !ok || p.isMember(addr) {
+		return
+	}
+	s := v.(*streams)
+	if s.users.Load() != 0 {
+		return
+	}
+	for _, l := range *s.links.Load() {
+		if _, ok := p.cache.Load(l.key); ok {
+			return
+		}
+	}
+	if s.users.CompareAndSwap(0, -1) {
+		p.streams.CompareAndDelete(addr, s)
+	}
+}
+
+// streamsOf returns addr's streams, made on first use (dead ones
+// included: see useStreams).
 func (p *Pool) streamsOf(addr string) *streams {
 	if s, ok := p.streams.Load(addr); ok {
 		return s.(*streams)
@@ -260,7 +317,8 @@ func (p *Pool) reserve(s *streams) *link {
 
 // doStreams is Do for a member under MaxStreamsPerConn.
 func (p *Pool) doStreams(ctx context.Context, addr string, call func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
-	s := p.streamsOf(addr)
+	s := p.useStreams(addr)
+	defer p.doneStreams(addr, s)
 	if l, lease, ok := p.pickReady(*s.links.Load(), int32(p.cfg.MaxStreamsPerConn)); ok {
 		defer p.end(s, l)
 		defer lease.Release()

@@ -456,6 +456,14 @@ func (p *Pool) SetMembers(addrs []string) {
 		}
 	}
 	p.dropDeparted(old, set)
+	if p.cfg.MaxStreamsPerConn > 0 {
+		p.streams.Range(func(a, _ any) bool {
+			if !set.has(a.(string)) {
+				p.tidy(a.(string))
+			}
+			return true
+		})
+	}
 }
 
 // dropDeparted drops the connections to addresses not in set: a departed
