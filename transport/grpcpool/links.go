@@ -91,11 +91,12 @@ type streams struct {
 	links atomic.Pointer[[]*link] // grows only, under mu
 
 	// waiting counts the calls waiting for a growth dial; while there
-	// are any, a stream freed on a ready link closes freed (and puts a
-	// new channel in its place), so that they look again and one of them
-	// takes it rather than wait for the dial.
+	// are any, a stream freed on a ready link ends the current round (and
+	// puts a new one in its place), so that they look again and one of
+	// them takes it rather than wait for the dial.
 	waiting atomic.Int32
-	freed   atomic.Pointer[chan struct{}]
+	roundMu sync.Mutex
+	round   *round // under roundMu
 
 	// users counts the calls that use these streams (doStreams, from
 	// before their first look to after their end), or is -1 once the
@@ -106,12 +107,57 @@ type streams struct {
 	users atomic.Int32
 }
 
+// round is one round of the calls waiting for growth dials: those that
+// looked for a stream before one was freed.
+type round struct {
+	freed chan struct{} // closed when a stream is freed: its calls look again
+	left  chan struct{} // closed once freed is and every call of the round has left its wait
+	calls int           // the calls of the round still in their wait, under roundMu
+	ended bool          // freed is closed, under roundMu
+}
+
+func newRound() *round { return &round{freed: make(chan struct{}), left: make(chan struct{})} }
+
+// joinRound counts a call that is about to look for a stream, and then
+// wait for a growth dial, in the current round.
+func (s *streams) joinRound() *round {
+	s.roundMu.Lock()
+	defer s.roundMu.Unlock()
+	s.round.calls++
+	return s.round
+}
+
+// leaveRound uncounts a call of r that has left its wait (or found a
+// stream without one).
+func (s *streams) leaveRound(r *round) {
+	s.roundMu.Lock()
+	defer s.roundMu.Unlock()
+	if r.calls--; r.calls == 0 && r.ended {
+		close(r.left)
+	}
+}
+
 // end uncounts a call on l; if that freed a stream of a ready link that
-// was full, it wakes the calls waiting for a growth dial.
+// was full, it wakes the calls waiting for a growth dial. Under MaxConns
+// it returns only once they have left their waits: the caller releases
+// its lease of l after end, and a growth dial still in the cache's line
+// for room would evict l, unleased, at once, for a connection that no
+// call needs any more (the woken call takes the stream freed on l).
 func (p *Pool) end(s *streams, l *link) {
-	if l.calls.Add(-1) == int32(p.cfg.MaxStreamsPerConn)-1 && s.waiting.Load() > 0 && p.ready(l) {
-		next := make(chan struct{})
-		close(*s.freed.Swap(&next))
+	if l.calls.Add(-1) != int32(p.cfg.MaxStreamsPerConn)-1 || s.waiting.Load() == 0 || !p.ready(l) {
+		return
+	}
+	s.roundMu.Lock()
+	r := s.round
+	s.round = newRound()
+	r.ended = true
+	close(r.freed)
+	if r.calls == 0 {
+		close(r.left)
+	}
+	s.roundMu.Unlock()
+	if p.cfg.MaxConns > 0 {
+		<-r.left // each leaves at once: its wait's context ends with freed
 	}
 }
 
@@ -192,8 +238,7 @@ func (p *Pool) streamsOf(addr string) *streams {
 	s := &streams{}
 	first := []*link{{key: linkKey(addr, 0)}}
 	s.links.Store(&first)
-	freed := make(chan struct{})
-	s.freed.Store(&freed)
+	s.round = newRound()
 	got, _ := p.streams.LoadOrStore(addr, s)
 	return got.(*streams)
 }
@@ -320,29 +365,30 @@ func (p *Pool) doStreams(ctx context.Context, addr string, call func(ctx context
 	s := p.useStreams(addr)
 	defer p.doneStreams(addr, s)
 	if l, lease, ok := p.pickReady(*s.links.Load(), int32(p.cfg.MaxStreamsPerConn)); ok {
+		defer lease.Release() // after end: see end
 		defer p.end(s, l)
-		defer lease.Release()
 		return p.call(ctx, lease.Value(), call)
 	}
 	if p.anyReady(*s.links.Load()) {
 		p.st.streamWaits.Add(1) // every stream taken; a first dial is no wait for a stream
 	}
 	for {
-		// Counted as waiting before freed is read, so that a stream
+		// Counted as waiting before the round is read, so that a stream
 		// freed after this look wakes it (streams.end).
 		s.waiting.Add(1)
-		freed := *s.freed.Load()
+		r := s.joinRound()
 		if l, lease, ok := p.pickReady(*s.links.Load(), int32(p.cfg.MaxStreamsPerConn)); ok {
 			s.waiting.Add(-1)
+			s.leaveRound(r)
+			defer lease.Release() // after end: see end
 			defer p.end(s, l)
-			defer lease.Release()
 			return p.call(ctx, lease.Value(), call)
 		}
 		l := p.reserve(s)
 		wctx, cancel := context.WithCancel(ctx)
 		go func() {
 			select {
-			case <-freed:
+			case <-r.freed:
 				cancel()
 			case <-wctx.Done():
 			}
@@ -354,6 +400,7 @@ func (p *Pool) doStreams(ctx context.Context, addr string, call func(ctx context
 		woken := err != nil && ctx.Err() == nil && wctx.Err() != nil
 		cancel()
 		s.waiting.Add(-1)
+		s.leaveRound(r)
 		if err != nil {
 			p.end(s, l)
 			p.leave(addr)
@@ -369,8 +416,8 @@ func (p *Pool) doStreams(ctx context.Context, addr string, call func(ctx context
 				// connection, where gRPC queues it, rather than fail
 				// while the address has one.
 				if l, lease, ok := p.pickReady(*s.links.Load(), math.MaxInt32); ok {
+					defer lease.Release() // after end: see end
 					defer p.end(s, l)
-					defer lease.Release()
 					return p.call(ctx, lease.Value(), call)
 				}
 			}
@@ -383,8 +430,13 @@ func (p *Pool) doStreams(ctx context.Context, addr string, call func(ctx context
 			p.leave(addr)
 			continue
 		}
-		defer p.end(s, l)
-		return p.run(ctx, addr, lease, call, true)
+		// As run, with end before the lease's release (see end).
+		defer func() {
+			p.end(s, l)
+			p.leave(addr)
+			lease.Release()
+		}()
+		return p.call(ctx, lease.Value(), call)
 	}
 }
 
