@@ -104,10 +104,10 @@ func TestAnAddressWithANULIsDialedAsItself(t *testing.T) {
 	}
 }
 
-// TestAnAddressWithANULIsNotAnotherAddresssLink: under MaxStreamsPerConn
+// TestAnAddressWithANULIsNotAnotherAddressesLink: under MaxStreamsPerConn
 // the pool's keys for A's second connection hold A, a NUL and 1; a call to
 // the address "A\x001" is dialed as itself, and A keeps its connections.
-func TestAnAddressWithANULIsNotAnotherAddresssLink(t *testing.T) {
+func TestAnAddressWithANULIsNotAnotherAddressesLink(t *testing.T) {
 	s := startServer(t)
 	odd := s.addr + "\x001"
 	var d countingDial
@@ -741,9 +741,9 @@ func TestStressShrinkRacingLoad(t *testing.T) {
 	}
 }
 
-var injectedErr = errors.New("test: injected connection error")
+var errInjected = errors.New("test: injected connection error")
 
-func status0() error { return injectedErr }
+func status0() error { return errInjected }
 
 // TestAPanickingCallOnAGrowthLinkLeavesTheCountsRight: a call that
 // panics on a growth connection lets it go: the stream counts, the guests
