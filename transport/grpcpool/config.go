@@ -29,8 +29,11 @@ const (
 type Config struct {
 	// Dial makes addr's connection. Default: grpc.NewClient(addr, DialOptions...).
 	//
-	// It is called at most once at a time per address, on a goroutine of
-	// its own, with a ctx that ends at DialTimeout or Close. The pool then
+	// It is called at most once at a time per connection: per address
+	// without MaxStreamsPerConn; with it, the dials of one address's
+	// connections run at once (one per MaxStreamsPerConn calls waiting, up
+	// to MaxConnsPerAddr), each connection dialed once. Each runs on a
+	// goroutine of its own, with a ctx that ends at DialTimeout or Close. The pool then
 	// waits for the connection to be Ready (see the package doc), and owns
 	// it: it closes it exactly once, and closes it too if the dial fails
 	// afterwards, or returns too late. A Dial that panics or calls

@@ -23,7 +23,10 @@ import (
 // connection is Ready, so that a connection SetMembers overtook is not
 // published).
 func (p *Pool) dial(ctx context.Context, key string) (_ *conn, err error) {
-	addr, link := splitKey(key)
+	addr, link := key, 0
+	if p.cfg.MaxStreamsPerConn > 0 {
+		addr, link = splitKey(key)
+	}
 	if addr == "" {
 		return nil, &dialError{addr, errors.New("empty address")}
 	}
@@ -151,6 +154,9 @@ func (p *Pool) release(_ string, c *conn) {
 		p.st.shrunk.Add(1)
 	}
 	p.closeConn(c)
+	if p.cfg.MaxStreamsPerConn > 0 && !p.isMember(c.addr) {
+		p.tidy(c.addr) // its last connection may have closed
+	}
 }
 
 // dropMember drops c, a member's connection, for cause: its address left

@@ -113,7 +113,11 @@
 // connections being dialed, MaxStreamsPerConn to each, so that 400 waiting
 // callers wait for 4 dials made at once. A call that fits on an open
 // connection never waits for those dials, and a waiting call takes a
-// stream freed meanwhile. Every connection is one slot of MaxConns, is
+// stream freed meanwhile, under a full MaxConns too (the freed connection
+// is not evicted for a dial nobody needs any more). An address is warm
+// (Pool.Warm) when any of its connections is ready; an address that left
+// the members keeps no memory in the pool once its connections and calls
+// are gone. Every connection is one slot of MaxConns, is
 // health-checked, drained, dropped by its own connection errors and
 // closed by IdleTimeout like an address's only one; SetMembers and Close
 // reach all of them. Calls to a non-member share its one connection.

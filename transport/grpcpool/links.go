@@ -54,22 +54,35 @@ import (
 
 // linkKey is the cache key of addr's link n: addr itself for the first,
 // so that a pool without MaxStreamsPerConn is keyed as it always was; for
-// the others addr, a NUL (which no address holds), and n.
+// the others addr, a NUL and n. An address that holds a NUL itself has the
+// suffix on its first link too ("\x000"), so that no address's key is
+// another's link: "A\x001" is not A's link 1, whose key is "A\x001" and
+// whose address is A, but its own first link "A\x001\x000". The key's last
+// NUL is then always the one linkKey put there.
 func linkKey(addr string, n int) string {
-	if n == 0 {
+	if n == 0 && strings.IndexByte(addr, 0) < 0 {
 		return addr
 	}
 	return addr + "\x00" + strconv.Itoa(n)
 }
 
-// splitKey is linkKey's inverse.
+// splitKey is linkKey's inverse, for the keys of a pool under
+// MaxStreamsPerConn (without it every key is an address as it is).
 func splitKey(key string) (addr string, n int) {
 	i := strings.LastIndexByte(key, 0)
 	if i < 0 {
 		return key, 0
 	}
-	n, _ = strconv.Atoi(key[i+1:])
+	n, _ = strconv.Atoi(key[i+1:]) // linkKey's: it never fails
 	return key[:i], n
+}
+
+// firstKey is the cache key of addr's first connection.
+func (p *Pool) firstKey(addr string) string {
+	if p.cfg.MaxStreamsPerConn == 0 {
+		return addr
+	}
+	return linkKey(addr, 0)
 }
 
 // streams is an address's count of calls per link.
@@ -78,19 +91,73 @@ type streams struct {
 	links atomic.Pointer[[]*link] // grows only, under mu
 
 	// waiting counts the calls waiting for a growth dial; while there
-	// are any, a stream freed on a ready link closes freed (and puts a
-	// new channel in its place), so that they look again and one of them
-	// takes it rather than wait for the dial.
+	// are any, a stream freed on a ready link ends the current round (and
+	// puts a new one in its place), so that they look again and one of
+	// them takes it rather than wait for the dial.
 	waiting atomic.Int32
-	freed   atomic.Pointer[chan struct{}]
+	roundMu sync.Mutex
+	round   *round // under roundMu
+
+	// users counts the calls that use these streams (doStreams, from
+	// before their first look to after their end), or is -1 once the
+	// streams are dead: tidy took them out of p.streams, so that an
+	// address that left keeps no memory. Dead is for good; a call that
+	// finds them dead deletes them from p.streams itself, if tidy has not
+	// yet, and makes the address new ones.
+	users atomic.Int32
+}
+
+// round is one round of the calls waiting for growth dials: those that
+// looked for a stream before one was freed.
+type round struct {
+	freed chan struct{} // closed when a stream is freed: its calls look again
+	left  chan struct{} // closed once freed is and every call of the round has left its wait
+	calls int           // the calls of the round still in their wait, under roundMu
+	ended bool          // freed is closed, under roundMu
+}
+
+func newRound() *round { return &round{freed: make(chan struct{}), left: make(chan struct{})} }
+
+// joinRound counts a call that is about to look for a stream, and then
+// wait for a growth dial, in the current round.
+func (s *streams) joinRound() *round {
+	s.roundMu.Lock()
+	defer s.roundMu.Unlock()
+	s.round.calls++
+	return s.round
+}
+
+// leaveRound uncounts a call of r that has left its wait (or found a
+// stream without one).
+func (s *streams) leaveRound(r *round) {
+	s.roundMu.Lock()
+	defer s.roundMu.Unlock()
+	if r.calls--; r.calls == 0 && r.ended {
+		close(r.left)
+	}
 }
 
 // end uncounts a call on l; if that freed a stream of a ready link that
-// was full, it wakes the calls waiting for a growth dial.
+// was full, it wakes the calls waiting for a growth dial. Under MaxConns
+// it returns only once they have left their waits: the caller releases
+// its lease of l after end, and a growth dial still in the cache's line
+// for room would evict l, unleased, at once, for a connection that no
+// call needs any more (the woken call takes the stream freed on l).
 func (p *Pool) end(s *streams, l *link) {
-	if l.calls.Add(-1) == int32(p.cfg.MaxStreamsPerConn)-1 && s.waiting.Load() > 0 && p.ready(l) {
-		next := make(chan struct{})
-		close(*s.freed.Swap(&next))
+	if l.calls.Add(-1) != int32(p.cfg.MaxStreamsPerConn)-1 || s.waiting.Load() == 0 || !p.ready(l) {
+		return
+	}
+	s.roundMu.Lock()
+	r := s.round
+	s.round = newRound()
+	r.ended = true
+	close(r.freed)
+	if r.calls == 0 {
+		close(r.left)
+	}
+	s.roundMu.Unlock()
+	if p.cfg.MaxConns > 0 {
+		<-r.left // each leaves at once: its wait's context ends with freed
 	}
 }
 
@@ -114,16 +181,64 @@ func (l *link) tryAdd(max int32) bool {
 	}
 }
 
-// streamsOf returns addr's streams, made on first use.
+// useStreams returns addr's streams, made on first use, counting the call
+// as one of its users until doneStreams.
+func (p *Pool) useStreams(addr string) *streams {
+	for {
+		s := p.streamsOf(addr)
+		for n := s.users.Load(); n >= 0; n = s.users.Load() {
+			if s.users.CompareAndSwap(n, n+1) {
+				return s
+			}
+		}
+		p.streams.CompareAndDelete(addr, s) // dead: help tidy, then make new ones
+	}
+}
+
+// doneStreams uncounts a user of s, addr's streams; the last call to a
+// non-member tidies them away.
+func (p *Pool) doneStreams(addr string, s *streams) {
+	if s.users.Add(-1) == 0 && !p.isMember(addr) {
+		p.tidy(addr)
+	}
+}
+
+// tidy deletes addr's streams from p.streams if addr is not a member and
+// none of its links has a call or a connection: its next call starts from
+// a first link, as a new address does. A call that is just reserving holds
+// the streams as a user, so tidy leaves them; a dial in flight has a call
+// waiting for it (a user), or publishes nothing (abandoned). It runs when
+// an address leaves the members, when a non-member's last call ends, and
+// when one of a non-member's connections closes.
+func (p *Pool) tidy(addr string) {
+	v, ok := p.streams.Load(addr)
+	if !ok || p.isMember(addr) {
+		return
+	}
+	s := v.(*streams)
+	if s.users.Load() != 0 {
+		return
+	}
+	for _, l := range *s.links.Load() {
+		if _, ok := p.cache.Load(l.key); ok {
+			return
+		}
+	}
+	if s.users.CompareAndSwap(0, -1) {
+		p.streams.CompareAndDelete(addr, s)
+	}
+}
+
+// streamsOf returns addr's streams, made on first use (dead ones
+// included: see useStreams).
 func (p *Pool) streamsOf(addr string) *streams {
 	if s, ok := p.streams.Load(addr); ok {
 		return s.(*streams)
 	}
 	s := &streams{}
-	first := []*link{{key: addr}}
+	first := []*link{{key: linkKey(addr, 0)}}
 	s.links.Store(&first)
-	freed := make(chan struct{})
-	s.freed.Store(&freed)
+	s.round = newRound()
 	got, _ := p.streams.LoadOrStore(addr, s)
 	return got.(*streams)
 }
@@ -133,7 +248,7 @@ func (p *Pool) streamsOf(addr string) *streams {
 func (p *Pool) keysOf(addr string) []string {
 	s, ok := p.streams.Load(addr)
 	if !ok {
-		return []string{addr}
+		return []string{p.firstKey(addr)}
 	}
 	links := *s.(*streams).links.Load()
 	keys := make([]string, len(links))
@@ -214,11 +329,17 @@ func (p *Pool) reserve(s *streams) *link {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	links := *s.links.Load()
-	for _, wantReady := range []bool{true, false} {
-		for _, l := range links {
-			if p.ready(l) == wantReady && l.tryAdd(max) {
-				return l
-			}
+	// Ready links first; then any with room, ready or not: a link that
+	// became ready after the first pass looked at it has room all the
+	// same, and skipping it would grow a link nobody needs.
+	for _, l := range links {
+		if p.ready(l) && l.tryAdd(max) {
+			return l
+		}
+	}
+	for _, l := range links {
+		if l.tryAdd(max) {
+			return l
 		}
 	}
 	if p.cfg.MaxConnsPerAddr == 0 || len(links) < p.cfg.MaxConnsPerAddr {
@@ -241,31 +362,33 @@ func (p *Pool) reserve(s *streams) *link {
 
 // doStreams is Do for a member under MaxStreamsPerConn.
 func (p *Pool) doStreams(ctx context.Context, addr string, call func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
-	s := p.streamsOf(addr)
+	s := p.useStreams(addr)
+	defer p.doneStreams(addr, s)
 	if l, lease, ok := p.pickReady(*s.links.Load(), int32(p.cfg.MaxStreamsPerConn)); ok {
+		defer lease.Release() // after end: see end
 		defer p.end(s, l)
-		defer lease.Release()
 		return p.call(ctx, lease.Value(), call)
 	}
 	if p.anyReady(*s.links.Load()) {
 		p.st.streamWaits.Add(1) // every stream taken; a first dial is no wait for a stream
 	}
 	for {
-		// Counted as waiting before freed is read, so that a stream
+		// Counted as waiting before the round is read, so that a stream
 		// freed after this look wakes it (streams.end).
 		s.waiting.Add(1)
-		freed := *s.freed.Load()
+		r := s.joinRound()
 		if l, lease, ok := p.pickReady(*s.links.Load(), int32(p.cfg.MaxStreamsPerConn)); ok {
 			s.waiting.Add(-1)
+			s.leaveRound(r)
+			defer lease.Release() // after end: see end
 			defer p.end(s, l)
-			defer lease.Release()
 			return p.call(ctx, lease.Value(), call)
 		}
 		l := p.reserve(s)
 		wctx, cancel := context.WithCancel(ctx)
 		go func() {
 			select {
-			case <-freed:
+			case <-r.freed:
 				cancel()
 			case <-wctx.Done():
 			}
@@ -277,6 +400,7 @@ func (p *Pool) doStreams(ctx context.Context, addr string, call func(ctx context
 		woken := err != nil && ctx.Err() == nil && wctx.Err() != nil
 		cancel()
 		s.waiting.Add(-1)
+		s.leaveRound(r)
 		if err != nil {
 			p.end(s, l)
 			p.leave(addr)
@@ -292,8 +416,8 @@ func (p *Pool) doStreams(ctx context.Context, addr string, call func(ctx context
 				// connection, where gRPC queues it, rather than fail
 				// while the address has one.
 				if l, lease, ok := p.pickReady(*s.links.Load(), math.MaxInt32); ok {
+					defer lease.Release() // after end: see end
 					defer p.end(s, l)
-					defer lease.Release()
 					return p.call(ctx, lease.Value(), call)
 				}
 			}
@@ -306,8 +430,13 @@ func (p *Pool) doStreams(ctx context.Context, addr string, call func(ctx context
 			p.leave(addr)
 			continue
 		}
-		defer p.end(s, l)
-		return p.run(ctx, addr, lease, call, true)
+		// As run, with end before the lease's release (see end).
+		defer func() {
+			p.end(s, l)
+			p.leave(addr)
+			lease.Release()
+		}()
+		return p.call(ctx, lease.Value(), call)
 	}
 }
 

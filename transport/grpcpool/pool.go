@@ -218,14 +218,15 @@ func (p *Pool) Do(ctx context.Context, addr string, call func(ctx context.Contex
 // abandoned while the call waits for it.
 func (p *Pool) doCounted(ctx context.Context, addr string, call func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
 	p.join(addr)
+	key := p.firstKey(addr)
 	for {
-		lease, err := p.cache.Acquire(ctx, addr)
+		lease, err := p.cache.Acquire(ctx, key)
 		if err != nil {
 			if errors.Is(err, errAbandoned) {
 				// The answer of a dial that ended before this call
 				// counted itself (remembered, with ErrorTTL): not the
 				// address's failure.
-				p.cache.Forget(addr)
+				p.cache.Forget(key)
 				continue
 			}
 			p.leave(addr)
@@ -455,6 +456,14 @@ func (p *Pool) SetMembers(addrs []string) {
 		}
 	}
 	p.dropDeparted(old, set)
+	if p.cfg.MaxStreamsPerConn > 0 {
+		p.streams.Range(func(a, _ any) bool {
+			if !set.has(a.(string)) {
+				p.tidy(a.(string))
+			}
+			return true
+		})
+	}
 }
 
 // dropDeparted drops the connections to addresses not in set: a departed
@@ -483,7 +492,9 @@ func (p *Pool) dropDeparted(old, set *memberSet) {
 // Ready. It skips an address that is not a member, whose connection would
 // close as Warm returned (see the package doc). It returns the dials'
 // errors, joined (nil if every member has a connection), or ctx.Err() if
-// ctx ended first. Under MaxConns, warming more addresses than there is
+// ctx ended first. Under MaxStreamsPerConn an address has a connection
+// when any of its connections is ready: Warm then dials nothing for it.
+// Under MaxConns, warming more addresses than there is
 // room for evicts connections as a Do would (Config.MaxConns).
 func (p *Pool) Warm(ctx context.Context, addrs ...string) error {
 	errs := make([]error, len(addrs))
@@ -505,11 +516,20 @@ func (p *Pool) warm(ctx context.Context, addr string) error {
 		if m != nil && !m.has(addr) {
 			return nil
 		}
-		lease, err := p.cache.Acquire(ctx, addr)
+		if p.cfg.MaxStreamsPerConn > 0 && p.ConnsTo(addr) > 0 {
+			return nil // it has a connection (its first, or another)
+		}
+		lease, err := p.cache.Acquire(ctx, p.firstKey(addr))
 		if err != nil {
 			if errors.Is(err, errAbandoned) {
-				p.cache.Forget(addr) // it left the members meanwhile: skipped
+				p.cache.Forget(p.firstKey(addr)) // it left the members meanwhile: skipped
 				continue
+			}
+			if p.cfg.MaxStreamsPerConn > 0 && ctx.Err() == nil && p.ConnsTo(addr) > 0 {
+				// The first connection's dial failed (or ErrorTTL
+				// remembers its failure), but another connection is
+				// ready: the address has one.
+				return nil
 			}
 			return p.noConn(ctx, addr, err)
 		}
