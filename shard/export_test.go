@@ -84,3 +84,12 @@ func PID() int {
 	procUnpin()
 	return pid
 }
+
+// LeaseWithHint is Slot.Lease by a goroutine whose stackHint is hint (one
+// with the 0x80<<50 bit set, as every hint has): what two goroutines
+// whose stacks share a hint lease as, however the allocator placed them.
+func LeaseWithHint[K comparable, V any](s *Slot[K, V], hint uint64) (Ticket, bool) {
+	pid := procPin()
+	procUnpin()
+	return s.leaseAs(nil, hint, pid)
+}

@@ -22,6 +22,7 @@ import (
 //	bit 63: gone (the value has left the table: no new lease)
 //	bit 62: held
 //	bit 61: watched (see Watch)
+//	bit 58: record P (see contendSharing)
 //	bits 50-57: the hint of the goroutine that took it last (stackHint)
 //	bits 42-49: the P that goroutine ran on when it took the ticket over
 //	bits 0-41: generation, advanced by every lease that takes it (and wrapping)
@@ -43,12 +44,18 @@ import (
 // once has the hint its ticket records, also after it moved to another P
 // while holding the first (the ticket's P is then stale, its hint is not);
 // and one leasing from two depths of its stack (which change its hint)
-// records the P it runs on. A lease reads its P
-// (procPin) on the fast path only when its hint differs from the ticket's,
+// records the P it runs on. A lease reads its P (procPin) on the fast path
+// only when its hint differs from the ticket's (or the ticket says to, see
+// below),
 // so a value leased by one goroutine after another pays for it, and one
-// leased again and again by the same goroutine does not; two goroutines
+// leased again and again by the same goroutine does not. Two goroutines
 // that share a hint (see stackHint: stacks in one 8 KiB block, or one pair
-// in 128) are not told apart. After growAfter such leases, at GOMAXPROCS above 1,
+// in 128) are not told apart by a ticket; the first time a lease finds the
+// first ticket held with its own hint from another P, the leases that take
+// it start recording their P whatever their hint (contendSharing), so that
+// goroutines sharing a hint on two cores still count, and one goroutine's
+// nested leases count once per move to another P while it holds the outer
+// one. After growAfter such leases, at GOMAXPROCS above 1,
 // the table grows lines of their own: linesPerP 128-byte lines of eight
 // tickets for each P (GOMAXPROCS at the growth, at most maxLines lines in
 // all: beyond 16 Ps, Ps share lines). A lease then takes a ticket on the
@@ -88,6 +95,7 @@ const (
 	ticketGone    = 1 << 63
 	ticketHeld    = 1 << 62
 	ticketWatched = 1 << 61
+	ticketRecordP = 1 << 58    // every lease that takes the ticket records its P (see contendSharing)
 	ticketHint    = 0xff << 50 // who took the ticket last (stackHint)
 	ticketP       = 0xff << 42 // the P of the goroutine that took the ticket over from another (pidBits)
 	ticketGen     = 1<<42 - 1
@@ -159,8 +167,13 @@ const leaseTablePad = 128 - 8*leaseTickets - 8 - 8 - 8 - 8 - 4*unsafe.Sizeof(uin
 // Bits of leaseTable.contended.
 const (
 	contendedWatch     = 1 << 63
-	contendedMaskShift = 48 // the lines' mask, 0 until grow stores it; maxLines-1 fits below contendedWatch
+	contendedMaskShift = 48 // the lines' mask, 0 until grow stores it; maxLines-1 fits below contendedHoldShift
+	contendedMask      = (maxLines - 1) << contendedMaskShift
 	contendedCount     = 1<<contendedMaskShift - 1
+	// contendedHold: the low bits of the generation of the last hold of
+	// the first ticket that contendSharing counted.
+	contendedHoldShift = 54
+	contendedHold      = 0xff << contendedHoldShift
 )
 
 // leaseLine is one P's line of tickets (see the comment above), 128
@@ -376,15 +389,24 @@ func procUnpin()
 // line is full.
 func (s *Slot[K, V]) Lease(owner any) (t Ticket, ok bool) {
 	var anchor byte
-	hint := stackHint[uint64](&anchor)
 	pid := procPin()
 	procUnpin()
+	return s.leaseAs(owner, stackHint[uint64](&anchor), pid)
+}
+
+// leaseAs is Lease for the goroutine with hint on the P pid.
+func (s *Slot[K, V]) leaseAs(owner any, hint uint64, pid int) (t Ticket, ok bool) {
 	pb := pidBits[uint64](pid)
 	tb := s.leaseTable(owner)
 	h := tb.lines.Load()
 	if h == nil {
-		if w := tb.tickets[0].Load(); w&ticketHeld != 0 && movedFrom(w, hint, pb) {
-			h = tb.contend() // held by another goroutine, which took it on another P
+		if w := tb.tickets[0].Load(); w&ticketHeld != 0 && w&ticketP != pb {
+			switch {
+			case movedFrom(w, hint, pb):
+				h = tb.contend() // held by another goroutine, which took it on another P
+			case w&ticketHint == hint:
+				h = tb.contendSharing(w) // held with this hint from another P: see contendSharing
+			}
 		}
 	}
 	var gone bool
@@ -427,6 +449,40 @@ func (tb *leaseTable) contend() *leaseLine {
 		return tb.grow()
 	}
 	return tb.lines.Load()
+}
+
+// contendSharing answers a lease that found the value's first ticket w
+// held, taken with the caller's hint on another P. Either the caller holds
+// it (a nested lease: no evidence of another core, but the ticket's P is
+// stale if the caller moved while holding it, or took it after a move
+// without reading its P, which a lease whose hint the ticket records skips)
+// or another goroutine that shares the hint does (fresh goroutines' stacks
+// share an 8 KiB block), perhaps on another core, as stale a P (two such
+// goroutines never read theirs). So the first such lease counts nothing
+// and sets ticketRecordP in the first ticket: from then on, every lease
+// that takes it records its P, as Table.Acquire's fast path reads it (the
+// bit is in the word it loads; the holder's end, whose word changed, takes
+// EndLease's slow path once). After that, the P in the first ticket was
+// the holder's when it took the ticket, and a lease that finds it held
+// from another P counts, once per hold (a generation): goroutines sharing
+// a hint on two cores count at each other's holds; one goroutine nesting
+// leases counts once per move it makes while holding its first, however
+// many it nests.
+func (tb *leaseTable) contendSharing(w uint64) *leaseLine {
+	if w&ticketRecordP == 0 {
+		tb.tickets[0].Or(ticketRecordP)
+		return tb.lines.Load()
+	}
+	hold := w << contendedHoldShift & contendedHold
+	for {
+		c := tb.contended.Load()
+		if c&contendedMask != 0 || c&contendedHold == hold {
+			return tb.lines.Load() // grown, or this hold was counted
+		}
+		if tb.contended.CompareAndSwap(c, c&^contendedHold|hold) {
+			return tb.contend()
+		}
+	}
 }
 
 // contended is contend for Table.Acquire, whose lease took s's first
@@ -498,7 +554,7 @@ func (s *Slot[K, V]) EndWatchedLease(t Ticket) (last, watched bool, err error) {
 		if w&ticketHeld == 0 || w&ticketGen != gen {
 			return false, false, ErrLeaseEnded
 		}
-		if atomic.CompareAndSwapUint64(t.p, w, w&(ticketGone|ticketHint|ticketP|ticketGen)) { // and the watch served
+		if atomic.CompareAndSwapUint64(t.p, w, w&(ticketGone|ticketRecordP|ticketHint|ticketP|ticketGen)) { // and the watch served
 			watched = w&ticketWatched != 0
 			if w&ticketGone != 0 {
 				return tb.drain.Add(-1) == 0, watched, nil
@@ -652,6 +708,8 @@ func (s *Slot[K, V]) LeaseHeld() bool {
 // the race ends the lease.
 type flightLease struct {
 	wanted bool          // set by the claimer before the creation starts
+	hint   uint64        // the claimer's stackHint, set with wanted
+	pid    int           // the P the claimer ran on, set with wanted
 	state  atomic.Uint32 // leaseNone, leaseLeft, leaseTaken, leaseHandedOver
 	ticket Ticket        // written before state becomes leaseTaken
 }
@@ -664,8 +722,17 @@ const (
 )
 
 // WantLease asks the creator of f to lease its value for the claimer. Call
-// it before the creation starts.
-func (f *Flight[V]) WantLease() { f.lease.wanted = true }
+// it before the creation starts, on the claimer's goroutine: the lease is
+// taken as the claimer's (its hint and P), so that the claimer's own
+// leases nested in it are not taken for another core's (see the comment
+// at the top).
+func (f *Flight[V]) WantLease() {
+	var anchor byte
+	f.lease.hint = stackHint[uint64](&anchor)
+	f.lease.pid = procPin()
+	procUnpin()
+	f.lease.wanted = true
+}
 
 // LeaseFor leases s's value, about to be published, for the claimer of f,
 // if it asked and is still there. The creator calls it just before
@@ -674,7 +741,7 @@ func (s *Slot[K, V]) LeaseFor(f *Flight[V], owner any) {
 	if !f.lease.wanted || f.lease.state.Load() != leaseNone {
 		return
 	}
-	t, ok := s.Lease(owner)
+	t, ok := s.leaseAs(owner, f.lease.hint, f.lease.pid)
 	if !ok {
 		return
 	}
@@ -690,10 +757,29 @@ func (s *Slot[K, V]) LeaseFor(f *Flight[V], owner any) {
 // creator took for it, or ok false (it must lease the value itself).
 func (f *Flight[V]) TakeLease() (t Ticket, ok bool) {
 	if f.lease.state.CompareAndSwap(leaseTaken, leaseHandedOver) {
-		return f.lease.ticket, true
+		var anchor byte
+		return f.lease.ticket.restamp(stackHint[uint64](&anchor)), true
 	}
 	f.lease.state.CompareAndSwap(leaseNone, leaseLeft)
 	return Ticket{}, false
+}
+
+// restamp records in t's ticket, held, the hint and P of the goroutine
+// that now holds it (a lease handed over: TakeLease), so that the leases
+// it nests in t are not taken for another goroutine's, nor for another
+// core's if it moved while it waited. A ticket whose word changed since
+// (Abandon, Watch), or an overflow lease, keeps its stamp: it only decides
+// growth.
+func (t Ticket) restamp(hint uint64) Ticket {
+	if t.w&(ticketSlow|ticketOverflow) != 0 {
+		return t
+	}
+	nw := t.w&^(ticketHint|ticketP) | hint | pidBits[uint64](procPin())
+	procUnpin()
+	if atomic.CompareAndSwapUint64(t.p, t.w, nw) {
+		return heldTicket(nw, t.p)
+	}
+	return t
 }
 
 // ClaimerLeaves is the claimer's when it leaves before the outcome (its

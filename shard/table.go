@@ -621,10 +621,11 @@ probe:
 		}
 		if w := p.Load(); w&(ticketGone|ticketHeld|ticketWatched) == 0 {
 			nw, moved := taken(w, hint), false
-			if h == nil && w&ticketHint != hint {
+			if h == nil && w&(ticketRecordP|ticketHint) != hint {
 				// Taken last by another goroutine, or by this one
-				// from another depth of its stack, or never: the P
-				// each ran on tells whether the line moved between
+				// from another depth of its stack, or never, or
+				// by goroutines that may share a hint: the P each
+				// ran on tells whether the line moved between
 				// cores (see lease.go).
 				pb := pidBits[uint64](procPin())
 				procUnpin()
