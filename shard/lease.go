@@ -708,8 +708,6 @@ func (s *Slot[K, V]) LeaseHeld() bool {
 // the race ends the lease.
 type flightLease struct {
 	wanted bool          // set by the claimer before the creation starts
-	hint   uint64        // the claimer's stackHint, set with wanted
-	pid    int           // the P the claimer ran on, set with wanted
 	state  atomic.Uint32 // leaseNone, leaseLeft, leaseTaken, leaseHandedOver
 	ticket Ticket        // written before state becomes leaseTaken
 }
@@ -722,17 +720,8 @@ const (
 )
 
 // WantLease asks the creator of f to lease its value for the claimer. Call
-// it before the creation starts, on the claimer's goroutine: the lease is
-// taken as the claimer's (its hint and P), so that the claimer's own
-// leases nested in it are not taken for another core's (see the comment
-// at the top).
-func (f *Flight[V]) WantLease() {
-	var anchor byte
-	f.lease.hint = stackHint[uint64](&anchor)
-	f.lease.pid = procPin()
-	procUnpin()
-	f.lease.wanted = true
-}
+// it before the creation starts.
+func (f *Flight[V]) WantLease() { f.lease.wanted = true }
 
 // LeaseFor leases s's value, about to be published, for the claimer of f,
 // if it asked and is still there. The creator calls it just before
@@ -741,7 +730,7 @@ func (s *Slot[K, V]) LeaseFor(f *Flight[V], owner any) {
 	if !f.lease.wanted || f.lease.state.Load() != leaseNone {
 		return
 	}
-	t, ok := s.leaseAs(owner, f.lease.hint, f.lease.pid)
+	t, ok := s.Lease(owner) // the creator's; TakeLease makes it the claimer's
 	if !ok {
 		return
 	}
