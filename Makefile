@@ -131,8 +131,8 @@ bench-ci: ## the short suite, compared with results/baseline.json by ratios meas
 	$(GO) run -tags '$(BENCHTAGS)' ./cmd/epbench -suite ci -compare $(RESULTS)/baseline.json
 
 .PHONY: baseline
-baseline: ## rewrite results/baseline.json from three runs of the short suite on this machine, and three times bench-ci's pairs
-	$(GO) run ./cmd/epbench -suite ci -count 3 -format json > $(RESULTS)/baseline.json.tmp
+baseline: ## rewrite this machine's runs in results/baseline.json (three runs of the short suite, three times bench-ci's pairs), keeping other machines'
+	$(GO) run ./cmd/epbench -suite ci -count 3 -format json -keep $(RESULTS)/baseline.json > $(RESULTS)/baseline.json.tmp
 	mv $(RESULTS)/baseline.json.tmp $(RESULTS)/baseline.json
 
 .PHONY: results

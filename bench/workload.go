@@ -128,6 +128,9 @@ type Result struct {
 	// Failure says why the run is a failure: a leak, a double release, a
 	// wrong answer, or a broken exactly-once promise. Empty when it is not.
 	Failure string `json:"failure,omitempty"`
+	// Machine is the machine the run was measured on (Machine), set by
+	// epbench; Run leaves it empty.
+	Machine string `json:"machine,omitempty"`
 }
 
 // Overshoot is how far the run's peak of live endpoints went above its cap

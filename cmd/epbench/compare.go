@@ -60,6 +60,81 @@ type comparison struct {
 	baseBusy   int // runs of the baseline left out for want of a free core (withoutBusyCores)
 	hits       []hitCheck
 	rechecks   int // how many more runs each spec of a worse ratio had (-recheck)
+	// machines are the baseline's machine and this run's (bench.Machine),
+	// either empty where its runs do not say; anyMachine is -any-machine.
+	machines   [2]string
+	anyMachine bool
+}
+
+// otherMachine reports whether the baseline was measured on a machine
+// other than this run's.
+func (c *comparison) otherMachine() bool {
+	return c.machines[0] != "" && c.machines[1] != "" && c.machines[0] != c.machines[1]
+}
+
+// runsFor returns the runs of a baseline to compare a run on machine
+// with, and the machine they name: a baseline may hold the runs of several
+// machines (make baseline keeps those of the others), and the ones of this
+// machine are compared with, else those that name no machine (written
+// before runs named theirs), else every run, which then names another
+// machine.
+func runsFor(baseline []bench.Result, machine string) ([]bench.Result, string) {
+	for _, want := range []string{machine, ""} {
+		var rs []bench.Result
+		for _, r := range baseline {
+			if r.Machine == want {
+				rs = append(rs, r)
+			}
+		}
+		if len(rs) > 0 {
+			return rs, want
+		}
+	}
+	return baseline, machineOf(baseline)
+}
+
+// othersOf returns the runs of a baseline measured on machines other than
+// machine (those that name none included): what make baseline keeps when
+// it writes this machine's.
+func othersOf(baseline []bench.Result, machine string) []bench.Result {
+	var rs []bench.Result
+	for _, r := range baseline {
+		if r.Machine != machine {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+// keptRuns returns the runs of the baseline at path (-keep) measured on
+// machines other than machine: none if path is empty or names no file.
+func keptRuns(path, machine string) ([]bench.Result, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("-keep: %w", err)
+	}
+	var baseline []bench.Result
+	if err := json.Unmarshal(data, &baseline); err != nil {
+		return nil, fmt.Errorf("-keep: %s: %w", path, err)
+	}
+	return othersOf(baseline, machine), nil
+}
+
+// machineOf returns the machine rs were measured on: the one their runs
+// name, or "" if none does.
+func machineOf(rs []bench.Result) string {
+	for _, r := range rs {
+		if r.Machine != "" {
+			return r.Machine
+		}
+	}
+	return ""
 }
 
 // hitPoints is how far epcache's hit ratio may fall below a reference's in
@@ -192,7 +267,7 @@ func (c *comparison) find(name string) (ratio, bool) {
 // measure divided by each reference comparator's, in the baseline and now,
 // and fails if a current ratio is worse than margin times the baseline's.
 func compare(w io.Writer, baselinePath string, current []bench.Result, margin float64) error {
-	c, err := loadComparison(baselinePath, current, margin)
+	c, err := loadComparison(baselinePath, current, margin, false)
 	if err != nil {
 		return err
 	}
@@ -200,7 +275,7 @@ func compare(w io.Writer, baselinePath string, current []bench.Result, margin fl
 }
 
 // loadComparison reads the baseline and pairs its ratios with current's.
-func loadComparison(baselinePath string, current []bench.Result, margin float64) (*comparison, error) {
+func loadComparison(baselinePath string, current []bench.Result, margin float64, anyMachine bool) (*comparison, error) {
 	data, err := os.ReadFile(baselinePath)
 	if err != nil {
 		return nil, fmt.Errorf("-compare: %w", err)
@@ -209,6 +284,8 @@ func loadComparison(baselinePath string, current []bench.Result, margin float64)
 	if err := json.Unmarshal(data, &baseline); err != nil {
 		return nil, fmt.Errorf("-compare: %s: %w", baselinePath, err)
 	}
+	baseline, baseMachine := runsFor(baseline, machineOf(current))
+	machines := [2]string{baseMachine, machineOf(current)}
 	baseline, basePairs := splitPairs(baseline)
 	baseline, baseBusy := withoutBusyCores(baseline)
 	current, pairs := splitPairs(current)
@@ -216,7 +293,7 @@ func loadComparison(baselinePath string, current []bench.Result, margin float64)
 	for _, r := range ratios(baseline) {
 		base[r.name] = r.current
 	}
-	c := &comparison{baseline: baselinePath, margin: margin, hits: hitChecks(current), cores: probedCores(current), baseBusy: baseBusy}
+	c := &comparison{baseline: baselinePath, margin: margin, hits: hitChecks(current), cores: probedCores(current), baseBusy: baseBusy, machines: machines, anyMachine: anyMachine}
 	for _, r := range ratios(current) {
 		if b, ok := base[r.name]; ok {
 			r.baseline = b
@@ -301,6 +378,12 @@ func (c *comparison) write(w io.Writer) error {
 		fmt.Fprintf(w, "\n(the baseline's ratios that need a second core free leave out its %d runs whose probe found none)\n", c.baseBusy)
 	}
 	var errs []string
+	if c.otherMachine() {
+		fmt.Fprintf(w, "\nthe baseline was measured on %s; this run on %s\n", c.machines[0], c.machines[1])
+		if !c.anyMachine {
+			errs = append(errs, fmt.Sprintf("%s was measured on another machine (%s; this one is %s): its ratios are that machine's, and a comparison with them says nothing about the code. Make a baseline here from the code to compare with (make baseline), or pass -any-machine to compare anyway", c.baseline, c.machines[0], c.machines[1]))
+		}
+	}
 	if len(cpuWorse) > 0 {
 		errs = append(errs, fmt.Sprintf("CPU figures worse than the baseline past their limit (%g×): %s", cpuMargin, strings.Join(cpuWorse, "; ")))
 	}

@@ -135,6 +135,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.format, "format", "table", "output on stdout: table, json, csv or bench (Go benchmark format, for benchstat)")
 	fs.StringVar(&o.compare, "compare", "", "baseline results.json to compare with: ratios measured in this run against the baseline's; fails past -margin")
 	fs.Float64Var(&o.margin, "margin", 2, "with -compare: how many times worse than the baseline a ratio may be")
+	fs.StringVar(&o.keep, "keep", "", "with -format json: a baseline whose runs on other machines to write first, so that a baseline holds each machine's runs (make baseline); a missing file keeps none")
+	fs.BoolVar(&o.anyMachine, "any-machine", false, "with -compare: compare with a baseline measured on another machine (by default an error: its ratios are that machine's, not this code's)")
 	fs.IntVar(&o.recheck, "recheck", 2, "with -compare: run the specs of a ratio worse than -margin allows this many more times, and judge the ratio by the medians of all runs (0: judge the first runs)")
 	fs.IntVar(&o.pairs, "pairs", 60, "with -suite ci: interleaved pairs of runs of each CPU figure (epcache, then its comparator, at GOMAXPROCS 1), per -count; -compare judges each figure by the median of its pairs' ratios")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the runs to this file (go tool pprof)")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -146,7 +147,7 @@ func TestCompareSkipsTheTwoCoreRatiosWithoutAFreeCore(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	c, err := loadComparison(path, busy(1.25), 2)
+	c, err := loadComparison(path, busy(1.25), 2, false)
 	require.NoError(t, err)
 	require.NoError(t, c.write(&out), "not judged without a free core")
 	assert.Regexp(t, `Lease/impl=epcache÷pool/\S+ procs=2 +0\.200 +0\.750 +0\.600 +skipped: no second core free`, out.String())
@@ -156,7 +157,7 @@ func TestCompareSkipsTheTwoCoreRatiosWithoutAFreeCore(t *testing.T) {
 	assert.Contains(t, out.String(), "reached 1.25× their 1-core rate (the lowest of 2 probes")
 	assert.Empty(t, c.worseSpecs(specsOf(busy(1.25))), "a skipped ratio is not run again")
 
-	c, err = loadComparison(path, busy(1.8), 2)
+	c, err = loadComparison(path, busy(1.8), 2, false)
 	require.NoError(t, err)
 	err = c.write(&bytes.Buffer{})
 	require.Error(t, err, "judged with a free core")
@@ -166,7 +167,7 @@ func TestCompareSkipsTheTwoCoreRatiosWithoutAFreeCore(t *testing.T) {
 	// A baseline's runs whose probe found no free core are not in its
 	// ratios: a busy baseline would loosen every later limit.
 	path = baselineFile(t, append(slices.Clone(base), hot("epcache", 2, 15, 1.1), hot("epcache", 2, 15, 1.2), hot("pool", 2, 20, 1.0)))
-	c, err = loadComparison(path, busy(1.9), 2)
+	c, err = loadComparison(path, busy(1.9), 2, false)
 	require.NoError(t, err)
 	out.Reset()
 	require.Error(t, c.write(&out), "held to the baseline's free-core runs, 0.200")
@@ -241,4 +242,82 @@ func TestWriteCPUFigures(t *testing.T) {
 	out.Reset()
 	require.NoError(t, writeCPUFigures(&out, nil))
 	assert.Empty(t, out.String())
+}
+
+// A baseline measured on another machine is refused, naming both machines
+// and the way to a baseline of this one: its ratios are that hardware's
+// (one "AMD EPYC" gave the same code another epcache ÷ otter CPU ratio
+// than the next). -any-machine compares anyway; a baseline or a run that
+// names no machine (one written before they did) is compared as before.
+func TestCompareRefusesABaselineOfAnotherMachine(t *testing.T) {
+	on := func(machine string, rs []bench.Result) []bench.Result {
+		rs = slices.Clone(rs)
+		for i := range rs {
+			rs[i].Machine = machine
+		}
+		return rs
+	}
+	suite := []bench.Result{result("hit", "epcache", 3), result("hit", "syncmap", 6)}
+	runs := append(suite, pairResults(1, 0.8)...)
+	path := baselineFile(t, on("AMD EPYC (family 25, model 1), 2 CPUs, linux/amd64", runs))
+
+	var out bytes.Buffer
+	_, err := loadComparison(path, on("AMD EPYC (family 26, model 2), 2 CPUs, linux/amd64", runs), 2, false)
+	require.NoError(t, err, "the comparison is made; its verdict refuses it")
+	c, _ := loadComparison(path, on("AMD EPYC (family 26, model 2), 2 CPUs, linux/amd64", runs), 2, false)
+	err = c.write(&out)
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "was measured on another machine (AMD EPYC (family 25, model 1), 2 CPUs, linux/amd64; this one is AMD EPYC (family 26, model 2), 2 CPUs, linux/amd64)")
+	assert.ErrorContains(t, err, "make baseline")
+	assert.Contains(t, out.String(), "the baseline was measured on AMD EPYC (family 25, model 1)")
+
+	out.Reset()
+	c, err = loadComparison(path, on("AMD EPYC (family 26, model 2), 2 CPUs, linux/amd64", runs), 2, true)
+	require.NoError(t, err)
+	require.NoError(t, c.write(&out), "-any-machine compares anyway")
+	assert.Contains(t, out.String(), "the baseline was measured on", "and still says so")
+
+	out.Reset()
+	require.NoError(t, compare(&out, path, runs, 2), "a run that names no machine")
+	same := on("AMD EPYC (family 25, model 1), 2 CPUs, linux/amd64", runs)
+	require.NoError(t, compare(&out, path, same, 2), "the same machine")
+	require.NoError(t, compare(&out, baselineFile(t, runs), same, 2), "a baseline that names no machine")
+	assert.NotEmpty(t, bench.Machine())
+}
+
+// A baseline holds the runs of several machines (make baseline keeps the
+// others' with -keep): a run is compared with its own machine's, else
+// with those that name no machine, and only else refused.
+func TestCompareChoosesTheRunsOfItsMachine(t *testing.T) {
+	on := func(machine string, rs []bench.Result) []bench.Result {
+		rs = slices.Clone(rs)
+		for i := range rs {
+			rs[i].Machine = machine
+		}
+		return rs
+	}
+	suite := []bench.Result{result("hit", "epcache", 3), result("hit", "syncmap", 6)}
+	slow := append(slices.Clone(suite), pairResults(1, 1.3)...) // the other machine's CPU figure
+	fast := append(slices.Clone(suite), pairResults(1, 1.0)...)
+	both := slices.Concat(on("A", slow), on("B", fast))
+	path := baselineFile(t, both)
+	var out bytes.Buffer
+	require.NoError(t, compare(&out, path, on("A", slow), 2), "A's run against A's runs")
+	err := compare(&out, path, on("B", slow), 2)
+	require.Error(t, err, "B's run of 1.3 against B's 1.0")
+	assert.ErrorContains(t, err, "CPU figures worse than the baseline")
+	assert.NotContains(t, err.Error(), "another machine")
+
+	legacy := baselineFile(t, slices.Concat(slow, on("B", fast)))
+	require.NoError(t, compare(&out, legacy, on("C", slow), 2), "C has no runs: those that name no machine")
+	err = compare(&out, baselineFile(t, on("B", fast)), on("C", fast), 2)
+	assert.ErrorContains(t, err, "another machine", "no runs of C, none unnamed")
+
+	// -keep: the others' runs, this machine's left out.
+	kept, err := keptRuns(path, "A")
+	require.NoError(t, err)
+	assert.Equal(t, on("B", fast), kept)
+	kept, err = keptRuns(filepath.Join(t.TempDir(), "none.json"), "A")
+	require.NoError(t, err)
+	assert.Empty(t, kept)
 }

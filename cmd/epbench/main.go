@@ -76,6 +76,8 @@ type options struct {
 	format     string
 	compare    string
 	margin     float64
+	anyMachine bool   // -any-machine
+	keep       string // -keep
 	recheck    int
 	pairs      int
 	cpuprofile string
@@ -123,9 +125,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	machine := bench.Machine()
+	for _, rs := range [][]bench.Result{results, pairs} {
+		for i := range rs {
+			rs[i].Machine = machine
+		}
+	}
 	info := reportInfo{args: args, date: time.Now()}
 	if o.compare != "" {
-		info.comparison, info.compareErr = loadComparison(o.compare, slices.Concat(results, pairs), o.margin)
+		info.comparison, info.compareErr = loadComparison(o.compare, slices.Concat(results, pairs), o.margin, o.anyMachine)
 		// A ratio from one run can be a slow phase of the machine that hit
 		// one implementation and not the other. The specs of a worse ratio
 		// run again, and the ratio is taken from the medians of all their
@@ -139,11 +147,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				if err != nil {
 					return err
 				}
+				for i := range more {
+					more[i].Machine = machine
+				}
 				results = append(results, more...)
 				if tables != nil {
 					writeRechecked(tables, results, again)
 				}
-				info.comparison, info.compareErr = loadComparison(o.compare, slices.Concat(results, pairs), o.margin)
+				info.comparison, info.compareErr = loadComparison(o.compare, slices.Concat(results, pairs), o.margin, o.anyMachine)
 				if info.comparison != nil {
 					info.comparison.rechecks = o.recheck
 				}
@@ -162,7 +173,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			err = eerr
 		}
 	case o.format == "json":
-		err = write(stdout, o.format, slices.Concat(results, pairs))
+		var kept []bench.Result
+		if kept, err = keptRuns(o.keep, machine); err == nil {
+			err = write(stdout, o.format, slices.Concat(kept, results, pairs))
+		}
 	default:
 		err = write(stdout, o.format, results)
 	}

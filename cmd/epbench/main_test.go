@@ -283,7 +283,7 @@ func TestCompareChecksHitRatios(t *testing.T) {
 	assert.NotContains(t, err.Error(), "ratios worse than the baseline", "the speed ratio is the baseline's")
 	assert.Contains(t, out.String(), "LOW")
 
-	c, err := loadComparison(path, current, 2)
+	c, err := loadComparison(path, current, 2, false)
 	require.NoError(t, err)
 	assert.Len(t, c.worseSpecs([]bench.Spec{current[0].Spec}), 1, "a low hit ratio is rechecked")
 }
@@ -351,7 +351,7 @@ func TestCompareJudgesByMediansOfAllRuns(t *testing.T) {
 	path := baselineFile(t, base)
 
 	first := []bench.Result{result("hit", "epcache", 15), result("hit", "syncmap", 6), result("storm", "epcache", 20e6), result("storm", "mutex", 1.2e9)}
-	c, err := loadComparison(path, first, 2)
+	c, err := loadComparison(path, first, 2, false)
 	require.NoError(t, err)
 	again := c.worseSpecs([]bench.Spec{first[0].Spec, first[1].Spec, first[2].Spec, first[3].Spec})
 	require.Len(t, again, 2, "only the hit spec's implementations run again")
@@ -363,7 +363,7 @@ func TestCompareJudgesByMediansOfAllRuns(t *testing.T) {
 	require.Error(t, c.write(&out), "one slow run alone fails")
 
 	rechecked := append(slices.Clone(first), result("hit", "epcache", 3.1), result("hit", "syncmap", 6.2), result("hit", "epcache", 2.9), result("hit", "syncmap", 5.8))
-	c, err = loadComparison(path, rechecked, 2)
+	c, err = loadComparison(path, rechecked, 2, false)
 	require.NoError(t, err)
 	c.rechecks = 2
 	out.Reset()
@@ -434,7 +434,7 @@ func TestCompareHoldsTheHotPeerLeaseScaling(t *testing.T) {
 	// A lease whose cores write one line: two cores 1.9x one (the limit,
 	// with the hot peer's swing, is 1.69).
 	worse := []bench.Result{hot("epcache", 1, 16), hot("epcache", 2, 30), hot("pool", 1, 30), hot("pool", 2, 45)}
-	c, err := loadComparison(path, worse, 2)
+	c, err := loadComparison(path, worse, 2, false)
 	require.NoError(t, err)
 	err = c.write(&bytes.Buffer{})
 	require.Error(t, err, "two cores slower than one, where the baseline's were faster")
