@@ -250,13 +250,6 @@ func TestWriteCPUFigures(t *testing.T) {
 // than the next). -any-machine compares anyway; a baseline or a run that
 // names no machine (one written before they did) is compared as before.
 func TestCompareRefusesABaselineOfAnotherMachine(t *testing.T) {
-	on := func(machine string, rs []bench.Result) []bench.Result {
-		rs = slices.Clone(rs)
-		for i := range rs {
-			rs[i].Machine = machine
-		}
-		return rs
-	}
 	suite := []bench.Result{result("hit", "epcache", 3), result("hit", "syncmap", 6)}
 	runs := append(suite, pairResults(1, 0.8)...)
 	path := baselineFile(t, on("AMD EPYC (family 25, model 1), 2 CPUs, linux/amd64", runs))
@@ -289,13 +282,6 @@ func TestCompareRefusesABaselineOfAnotherMachine(t *testing.T) {
 // others' with -keep): a run is compared with its own machine's, else
 // with those that name no machine, and only else refused.
 func TestCompareChoosesTheRunsOfItsMachine(t *testing.T) {
-	on := func(machine string, rs []bench.Result) []bench.Result {
-		rs = slices.Clone(rs)
-		for i := range rs {
-			rs[i].Machine = machine
-		}
-		return rs
-	}
 	suite := []bench.Result{result("hit", "epcache", 3), result("hit", "syncmap", 6)}
 	slow := append(slices.Clone(suite), pairResults(1, 1.3)...) // the other machine's CPU figure
 	fast := append(slices.Clone(suite), pairResults(1, 1.0)...)
@@ -320,4 +306,13 @@ func TestCompareChoosesTheRunsOfItsMachine(t *testing.T) {
 	kept, err = keptRuns(filepath.Join(t.TempDir(), "none.json"), "A")
 	require.NoError(t, err)
 	assert.Empty(t, kept)
+}
+
+// on returns copies of rs measured on machine.
+func on(machine string, rs []bench.Result) []bench.Result {
+	rs = slices.Clone(rs)
+	for i := range rs {
+		rs[i].Machine = machine
+	}
+	return rs
 }
