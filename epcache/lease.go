@@ -99,8 +99,13 @@ func (l Lease[K, V]) release() {
 // its own and a hot peer's leases scale with cores (once per value: 1 KiB
 // at GOMAXPROCS 2, 2 KiB at 3 and 4, 4 KiB at 5 to 8, 8 KiB at 9 and
 // beyond); and a lease that finds every ticket held allocates its own. A
-// value leased from one P at a time never grows: one goroutine holding
-// several leases of it at once, or goroutines taking turns on one P.
+// goroutine is told apart from another by its identity, the same at any
+// call depth and after it moves between Ps (on amd64 and arm64; elsewhere
+// by where its stack is, so that one leasing from call depths far apart,
+// or whose stack moved, may count as two); two whose identities hash alike
+// (one pair in 256) count as one. A value leased from one P at a time
+// never grows: one goroutine holding several leases of it at once, moving
+// between Ps or not, or goroutines taking turns on one P.
 func (c *Cache[K, V]) Acquire(ctx context.Context, key K) (l Lease[K, V], err error) {
 	l.s, l.tk, err = c.table.Acquire(ctx, key) // a miss comes back to acquireSlow
 	return l, err

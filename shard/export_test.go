@@ -75,8 +75,15 @@ func JustTaken(t Ticket) bool {
 }
 
 // Hint returns the hint of the goroutine that took t's ticket (its
-// stackHint), and the P it recorded.
-func Hint(t Ticket) (hint, p uint64) { return t.w & ticketHint, t.w & ticketP >> 42 }
+// leaseHint), and the P its word holds (see Fresh).
+func Hint(t Ticket) (hint, p uint64) { return t.w & ticketHint, t.w & ticketP >> 40 }
+
+// Fresh reports whether the take of t recorded its P.
+func Fresh(t Ticket) bool { return t.w&ticketFresh != 0 }
+
+// GoroutineHints reports whether hints tell goroutines apart by identity
+// (leaseHint), not by where their stacks are.
+const GoroutineHints = goroutineHints
 
 // PID returns the id of the P running the caller.
 func PID() int {
@@ -85,9 +92,9 @@ func PID() int {
 	return pid
 }
 
-// LeaseWithHint is Slot.Lease by a goroutine whose stackHint is hint (one
-// with the 0x80<<50 bit set, as every hint has): what two goroutines
-// whose stacks share a hint lease as, however the allocator placed them.
+// LeaseWithHint is Slot.Lease by a goroutine whose leaseHint is hint (one
+// with the 0x100<<48 bit set, as every hint has): what two goroutines
+// whose hints hash alike lease as.
 func LeaseWithHint[K comparable, V any](s *Slot[K, V], hint uint64) (Ticket, bool) {
 	pid := procPin()
 	procUnpin()

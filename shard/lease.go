@@ -22,10 +22,11 @@ import (
 //	bit 63: gone (the value has left the table: no new lease)
 //	bit 62: held
 //	bit 61: watched (see Watch)
-//	bit 58: record P (see contendSharing)
-//	bits 50-57: the hint of the goroutine that took it last (stackHint)
-//	bits 42-49: the P that goroutine ran on when it took the ticket over
-//	bits 0-41: generation, advanced by every lease that takes it (and wrapping)
+//	bit 58: record P: every lease that takes it records its P (see caught)
+//	bit 57: P fresh: the take that left this word recorded its P
+//	bits 48-56: the hint of the goroutine that took it last (leaseHint)
+//	bits 40-47: the P that a goroutine ran on when a take recorded it
+//	bits 0-39: generation, advanced by every lease that takes it (and wrapping)
 //
 // A lease claims a free ticket by a CAS that sets held and advances the
 // generation, and ends by a CAS that clears held, which must find the word
@@ -37,25 +38,35 @@ import (
 // Where the tickets are decides whether leases scale with cores. The table
 // has one line of eight tickets, enough while the value's leases come from
 // one core. A line written from two cores moves between their caches at
-// every lease, so the table counts the evidence of that: a lease that
-// finds the first ticket held, or last taken, by a goroutine with another
-// hint on another P. Both must differ: two goroutines taking turns on one
-// P write the line from one cache; one goroutine holding two leases at
-// once has the hint its ticket records, also after it moved to another P
-// while holding the first (the ticket's P is then stale, its hint is not);
-// and one leasing from two depths of its stack (which change its hint)
-// records the P it runs on. A lease reads its P (procPin) on the fast path
-// only when its hint differs from the ticket's (or the ticket says to, see
-// below),
-// so a value leased by one goroutine after another pays for it, and one
-// leased again and again by the same goroutine does not. Two goroutines
-// that share a hint (see stackHint: stacks in one 8 KiB block, or one pair
-// in 128) are not told apart by a ticket; the first time a lease finds the
-// first ticket held with its own hint from another P, the leases that take
-// it start recording their P whatever their hint (contendSharing), so that
-// goroutines sharing a hint on two cores still count, and one goroutine's
-// nested leases count once per move to another P while it holds the outer
-// one. After growAfter such leases, at GOMAXPROCS above 1,
+// every lease, so the table counts the evidence of that, and only that:
+// another goroutine on another P. A ticket records who took it last, a
+// hint of the goroutine's identity (leaseHint: its g, the same at every
+// call depth and across stack moves, on amd64 and arm64; elsewhere the
+// block its stack is in), and, when the take read it, the P
+// it ran on. A lease reads its P (procPin) only when its hint differs from
+// the ticket's, or the ticket asks for it (record P): a value leased
+// again and again by one goroutine pays nothing for it, so the P a ticket
+// holds may be stale (the goroutine moved since), and the fresh bit says
+// whether it is the P of the take that left the word. Evidence is then:
+//
+//   - a lease that takes the first ticket over from a goroutine with
+//     another hint whose take recorded another P (Table.Acquire), once per
+//     take; or
+//   - a lease that finds the first ticket held by a goroutine with another
+//     hint whose take recorded another P (caught), once per hold: however
+//     often the lease is retried while that one lease is held, it counts
+//     once (the hold's generation is kept whole beside the count).
+//
+// A held ticket whose P is stale is no evidence either way: the lease that
+// finds it sets record P in the ticket, and from then on every take of it
+// records its P, so that the next hold that lease or another catches says
+// where its holder ran. Nothing else counts: one goroutine's nested leases
+// (its own hint, held), at whatever depth, moving to another P or not; two
+// goroutines taking turns on one P (the P each take recorded is theirs);
+// two goroutines whose
+// hints hash alike (one pair in 256: they are taken for one, and a third
+// goroutine's leases count against both). After growAfter pieces of
+// evidence, at GOMAXPROCS above 1,
 // the table grows lines of their own: linesPerP 128-byte lines of eight
 // tickets for each P (GOMAXPROCS at the growth, at most maxLines lines in
 // all: beyond 16 Ps, Ps share lines). A lease then takes a ticket on the
@@ -67,8 +78,6 @@ import (
 // kept, not the GOMAXPROCS of the moment it was reached: a value whose
 // evidence came while GOMAXPROCS was 1 (a goroutine moved between Ps as
 // GOMAXPROCS fell) grows at its next evidence once GOMAXPROCS is above 1.
-// One goroutine that both leases from call depths far apart and moves to
-// another P between leases is taken for two, once per move.
 //
 // Growth costs memory, which is why it waits for evidence of several
 // cores: 128 bytes a line, lines a power of two, so that the allocation is
@@ -95,10 +104,11 @@ const (
 	ticketGone    = 1 << 63
 	ticketHeld    = 1 << 62
 	ticketWatched = 1 << 61
-	ticketRecordP = 1 << 58    // every lease that takes the ticket records its P (see contendSharing)
-	ticketHint    = 0xff << 50 // who took the ticket last (stackHint)
-	ticketP       = 0xff << 42 // the P of the goroutine that took the ticket over from another (pidBits)
-	ticketGen     = 1<<42 - 1
+	ticketRecordP = 1 << 58     // every lease that takes the ticket records its P (see caught)
+	ticketFresh   = 1 << 57     // ticketP is the P of the take that left the word
+	ticketHint    = 0x1ff << 48 // who took the ticket last (leaseHint)
+	ticketP       = 0xff << 40  // a P a take recorded (pidBits)
+	ticketGen     = 1<<40 - 1
 	// Bits of a Ticket's word, never of a ticket's: a lease whose Ticket
 	// has one of them ends on EndLease's slow path (the fast path's CAS
 	// cannot match).
@@ -110,10 +120,18 @@ const (
 )
 
 // pidBits is the ticket's P field for the P pid.
-func pidBits[W ~uint64](pid int) W { return W(pid&0xff) << 42 }
+func pidBits[W ~uint64](pid int) W { return W(pid&0xff) << 40 }
 
-// growAfter is how many leases of a value must find its first ticket held,
-// or last taken, by a goroutine on another P before the table grows lines:
+// identityHint is the ticket hint of x, an identity of a goroutine: the
+// top eight bits of x's multiplicative hash, which every bit of x moves
+// (g structs lie a size class apart), with the field's top bit set, so
+// never 0 (a ticket never taken has hint 0).
+func identityHint[W ~uint64](x W) W {
+	return (x*0x9e3779b97f4a7c15>>56 | 0x100) << 48
+}
+
+// growAfter is how many pieces of evidence of another goroutine on another
+// P (see the comment at the top) a value needs before its table grows lines:
 // a value leased from two cores now and then is not worth a kilobyte.
 const growAfter = 16
 
@@ -134,9 +152,10 @@ type leaseTable struct {
 	extra   atomic.Uint64               // overflow leases outstanding, | extraGone, | extraNoted
 	drain   atomic.Int64                // see the comment above
 	lines   atomic.Pointer[leaseLine]   // the first of the lines made on contention, or sealedLines
-	// contended counts, in its low bits (contendedCount), the leases that
-	// found the first line used from another P, up to growAfter (and
-	// beyond it by the leases that raced the growth). Once grow made
+	// contended counts, in its low bits (contendedCount), the evidence of
+	// another goroutine on another P, up to growAfter, and holds, from
+	// contendedHoldShift, the generation of the last hold of the first
+	// ticket that counted (caught). Once grow made
 	// lines, its bits from contendedMaskShift hold their mask, so that a
 	// lease finds its P's line with the lines pointer, which is in the
 	// same cache line, and does not read the first line's mask. Its top
@@ -167,13 +186,14 @@ const leaseTablePad = 128 - 8*leaseTickets - 8 - 8 - 8 - 8 - 4*unsafe.Sizeof(uin
 // Bits of leaseTable.contended.
 const (
 	contendedWatch     = 1 << 63
-	contendedMaskShift = 48 // the lines' mask, 0 until grow stores it; maxLines-1 fits below contendedHoldShift
+	contendedHoldSeen  = 1 << 54 // a hold was counted: contendedHold is its generation
+	contendedMaskShift = 48      // the lines' mask, 0 until grow stores it; maxLines-1 fits below contendedHoldSeen
 	contendedMask      = (maxLines - 1) << contendedMaskShift
-	contendedCount     = 1<<contendedMaskShift - 1
-	// contendedHold: the low bits of the generation of the last hold of
-	// the first ticket that contendSharing counted.
-	contendedHoldShift = 54
-	contendedHold      = 0xff << contendedHoldShift
+	// contendedHold: the generation of the last hold of the first ticket
+	// that caught counted, whole (a ticket's generation is 40 bits).
+	contendedHoldShift = 8
+	contendedHold      = ticketGen << contendedHoldShift
+	contendedCount     = 1<<contendedHoldShift - 1 // never above growAfter (contend)
 )
 
 // leaseLine is one P's line of tickets (see the comment above), 128
@@ -314,7 +334,7 @@ func take(p *atomic.Uint64, hint, pb uint64) (t Ticket, ok, gone bool) {
 		case w&ticketHeld != 0:
 			return Ticket{}, false, false
 		}
-		nw := taken(w, hint)&^ticketP | pb
+		nw := taken(w, hint)&^ticketP | pb | ticketFresh
 		if p.CompareAndSwap(w, nw) {
 			t = heldTicket(nw&^ticketWatched, wordOf(p))
 			if nw&ticketWatched != 0 {
@@ -326,17 +346,18 @@ func take(p *atomic.Uint64, hint, pb uint64) (t Ticket, ok, gone bool) {
 }
 
 // taken is the word of a free ticket w once a lease with hint has taken
-// it: held, and the next generation. The P stays w's: a lease that takes
-// the ticket over from another goroutine sets its own (Table.Acquire).
+// it: held, and the next generation. The P stays w's, no longer fresh: a
+// lease that records its P sets it and ticketFresh (Table.Acquire, take).
 func taken[W ~uint64](w, hint W) W {
-	return w&^(ticketHint|ticketGen) | (w+1)&ticketGen | ticketHeld | hint
+	return w&^(ticketHint|ticketGen|ticketFresh) | (w+1)&ticketGen | ticketHeld | hint
 }
 
 // movedFrom reports whether w, a ticket, was taken last by a goroutine
-// that is not the one with hint on the P whose pidBits are pb: another
-// goroutine on another P (see the comment at the top).
+// other than the one with hint, whose take recorded a P other than the
+// one whose pidBits are pb: another goroutine on another P (see the
+// comment at the top). A ticket never taken is not fresh.
 func movedFrom[W ~uint64](w, hint, pb W) bool {
-	return w&ticketHint != hint && w&ticketHint != 0 && w&ticketP != pb
+	return w&ticketFresh != 0 && w&ticketHint != hint && w&ticketP != pb
 }
 
 // takeLine claims a free ticket of line l.
@@ -347,26 +368,6 @@ func takeLine(l *[leaseTickets]atomic.Uint64, hint, pb uint64) (t Ticket, ok, go
 		}
 	}
 	return Ticket{}, false, false
-}
-
-// stackHint returns the ticket hint of the calling goroutine: seven bits
-// of a multiplicative hash of the 8 KiB block of its stack that a variable
-// of the caller is in, the same from one lease to the next while its stack
-// stays where it is, and from one call depth to another within the block,
-// never 0. The block is coarse so that one goroutine's nested leases,
-// taken a few frames apart, have one hint; the price is that goroutines
-// whose stacks lie in one block share it (a new goroutine's stack is
-// 2 KiB: four can), as do, one time in 128, goroutines whose stacks do
-// not. The hash, not the address's own bits, so that two stacks a power of
-// two apart (stacks are carved from spans side by side) share a hint no
-// more often than that. A hint only decides whether a lease reads its P:
-// two goroutines that share one are not told apart, and their leases
-// grow no lines between them.
-//
-// Safety: the address is used as a number only, never dereferenced.
-func stackHint[W ~uint64](anchor *byte) W {
-	a := W(uintptr(unsafe.Pointer(anchor)))
-	return ((a>>13)*0x9e3779b97f4a7c15>>57 | 0x80) << 50
 }
 
 // procPin and procUnpin are the runtime's: procPin returns the id of the P
@@ -391,7 +392,7 @@ func (s *Slot[K, V]) Lease(owner any) (t Ticket, ok bool) {
 	var anchor byte
 	pid := procPin()
 	procUnpin()
-	return s.leaseAs(owner, stackHint[uint64](&anchor), pid)
+	return s.leaseAs(owner, leaseHint[uint64](&anchor), pid)
 }
 
 // leaseAs is Lease for the goroutine with hint on the P pid.
@@ -400,13 +401,8 @@ func (s *Slot[K, V]) leaseAs(owner any, hint uint64, pid int) (t Ticket, ok bool
 	tb := s.leaseTable(owner)
 	h := tb.lines.Load()
 	if h == nil {
-		if w := tb.tickets[0].Load(); w&ticketHeld != 0 && w&ticketP != pb {
-			switch {
-			case movedFrom(w, hint, pb):
-				h = tb.contend() // held by another goroutine, which took it on another P
-			case w&ticketHint == hint:
-				h = tb.contendSharing(w) // held with this hint from another P: see contendSharing
-			}
+		if w := tb.tickets[0].Load(); w&ticketHeld != 0 && w&ticketHint != hint {
+			h = tb.caught(w, pb) // held by another goroutine
 		}
 	}
 	var gone bool
@@ -434,59 +430,64 @@ func (s *Slot[K, V]) leaseAs(owner any, hint uint64, pid int) (t Ticket, ok bool
 	}
 }
 
-// contend counts a lease that found the value's first line used from
-// another P: its first ticket held, or last taken, by a goroutine on
-// another P (movedFrom). From the growAfter-th on, it makes tb's lines,
-// unless GOMAXPROCS is 1 now (there is no other core to keep a line from;
-// the count stays, and the next such lease once GOMAXPROCS has risen makes
-// them), and it returns them, or nil if there are none.
+// contend counts a piece of evidence of another goroutine on another P
+// (see the comment at the top), up to growAfter. From the growAfter-th on,
+// it makes tb's lines, unless GOMAXPROCS is 1 now (there is no other core
+// to keep a line from; the count stays, and the next evidence once
+// GOMAXPROCS has risen makes them), and it returns them, or nil if there
+// are none.
 func (tb *leaseTable) contend() *leaseLine {
-	c := tb.contended.Load()
-	if c&contendedCount < growAfter {
-		c = tb.contended.Add(1)
-	}
-	if c&contendedCount >= growAfter && runtime.GOMAXPROCS(0) > 1 {
-		return tb.grow()
-	}
-	return tb.lines.Load()
-}
-
-// contendSharing answers a lease that found the value's first ticket w
-// held, taken with the caller's hint on another P. Either the caller holds
-// it (a nested lease: no evidence of another core, but the ticket's P is
-// stale if the caller moved while holding it, or took it after a move
-// without reading its P, which a lease whose hint the ticket records skips)
-// or another goroutine that shares the hint does (fresh goroutines' stacks
-// share an 8 KiB block), perhaps on another core, as stale a P (two such
-// goroutines never read theirs). So the first such lease counts nothing
-// and sets ticketRecordP in the first ticket: from then on, every lease
-// that takes it records its P, as Table.Acquire's fast path reads it (the
-// bit is in the word it loads; the holder's end, whose word changed, takes
-// EndLease's slow path once). After that, the P in the first ticket was
-// the holder's when it took the ticket, and a lease that finds it held
-// from another P counts, once per hold (a generation): goroutines sharing
-// a hint on two cores count at each other's holds; one goroutine nesting
-// leases counts once per move it makes while holding its first, however
-// many it nests.
-func (tb *leaseTable) contendSharing(w uint64) *leaseLine {
-	if w&ticketRecordP == 0 {
-		tb.tickets[0].Or(ticketRecordP)
-		return tb.lines.Load()
-	}
-	hold := w << contendedHoldShift & contendedHold
 	for {
 		c := tb.contended.Load()
-		if c&contendedMask != 0 || c&contendedHold == hold {
+		if c&contendedCount >= growAfter {
+			if runtime.GOMAXPROCS(0) > 1 {
+				return tb.grow()
+			}
+			return tb.lines.Load()
+		}
+		if tb.contended.CompareAndSwap(c, c+1) {
+			if c&contendedCount+1 >= growAfter && runtime.GOMAXPROCS(0) > 1 {
+				return tb.grow()
+			}
+			return tb.lines.Load()
+		}
+	}
+}
+
+// caught answers a lease, on the P whose pidBits are pb, that found the
+// value's first ticket w held by a goroutine with another hint. If w's P
+// is fresh, the holder ran there when it took the ticket: another P is
+// evidence, counted once per hold (its generation), however many leases
+// find it. A stale P says nothing of where the holder runs (it took the
+// ticket without reading its P, after its own last take: it may have moved
+// since), so the first such lease sets ticketRecordP in the ticket and
+// counts nothing: from then on every take of it records its P (Table.Acquire's
+// fast path reads the bit in the word it loads; the holder's end, whose
+// word changed, takes EndLease's slow path once, which keeps the bit).
+func (tb *leaseTable) caught(w, pb uint64) *leaseLine {
+	switch {
+	case w&ticketFresh == 0:
+		if w&ticketRecordP == 0 {
+			tb.tickets[0].Or(ticketRecordP)
+		}
+		return tb.lines.Load()
+	case w&ticketP == pb:
+		return tb.lines.Load() // the holder took it on this P
+	}
+	hold := w&ticketGen<<contendedHoldShift | contendedHoldSeen
+	for {
+		c := tb.contended.Load()
+		if c&contendedMask != 0 || c&(contendedHold|contendedHoldSeen) == hold {
 			return tb.lines.Load() // grown, or this hold was counted
 		}
-		if tb.contended.CompareAndSwap(c, c&^contendedHold|hold) {
+		if tb.contended.CompareAndSwap(c, c&^(contendedHold|contendedHoldSeen)|hold) {
 			return tb.contend()
 		}
 	}
 }
 
 // contended is contend for Table.Acquire, whose lease took s's first
-// ticket over from a goroutine on another P.
+// ticket over from another goroutine whose take recorded another P.
 func (s *Slot[K, V]) contended() {
 	if tb := s.leases.Load(); tb != nil {
 		tb.contend()
@@ -554,7 +555,7 @@ func (s *Slot[K, V]) EndWatchedLease(t Ticket) (last, watched bool, err error) {
 		if w&ticketHeld == 0 || w&ticketGen != gen {
 			return false, false, ErrLeaseEnded
 		}
-		if atomic.CompareAndSwapUint64(t.p, w, w&(ticketGone|ticketRecordP|ticketHint|ticketP|ticketGen)) { // and the watch served
+		if atomic.CompareAndSwapUint64(t.p, w, w&(ticketGone|ticketRecordP|ticketFresh|ticketHint|ticketP|ticketGen)) { // and the watch served
 			watched = w&ticketWatched != 0
 			if w&ticketGone != 0 {
 				return tb.drain.Add(-1) == 0, watched, nil
@@ -747,7 +748,7 @@ func (s *Slot[K, V]) LeaseFor(f *Flight[V], owner any) {
 func (f *Flight[V]) TakeLease() (t Ticket, ok bool) {
 	if f.lease.state.CompareAndSwap(leaseTaken, leaseHandedOver) {
 		var anchor byte
-		return f.lease.ticket.restamp(stackHint[uint64](&anchor)), true
+		return f.lease.ticket.restamp(leaseHint[uint64](&anchor)), true
 	}
 	f.lease.state.CompareAndSwap(leaseNone, leaseLeft)
 	return Ticket{}, false
@@ -763,7 +764,7 @@ func (t Ticket) restamp(hint uint64) Ticket {
 	if t.w&(ticketSlow|ticketOverflow) != 0 {
 		return t
 	}
-	nw := t.w&^(ticketHint|ticketP) | hint | pidBits[uint64](procPin())
+	nw := t.w&^(ticketHint|ticketP) | hint | pidBits[uint64](procPin()) | ticketFresh
 	procUnpin()
 	if atomic.CompareAndSwapUint64(t.p, t.w, nw) {
 		return heldTicket(nw, t.p)

@@ -611,7 +611,7 @@ probe:
 	// value with none, goes the slow way.
 	if tb := s.leases.Load(); tb != nil {
 		var anchor byte
-		hint := stackHint[uint64](&anchor)
+		hint := leaseHint[uint64](&anchor)
 		p := &tb.tickets[0]
 		h := tb.lines.Load()
 		if h != nil {
@@ -622,14 +622,13 @@ probe:
 		if w := p.Load(); w&(ticketGone|ticketHeld|ticketWatched) == 0 {
 			nw, moved := taken(w, hint), false
 			if h == nil && w&(ticketRecordP|ticketHint) != hint {
-				// Taken last by another goroutine, or by this one
-				// from another depth of its stack, or never, or
-				// by goroutines that may share a hint: the P each
+				// Taken last by another goroutine, or never, or
+				// the ticket asks every take for its P: the P each
 				// ran on tells whether the line moved between
 				// cores (see lease.go).
 				pb := pidBits[uint64](procPin())
 				procUnpin()
-				moved, nw = movedFrom(w, hint, pb), nw&^ticketP|pb
+				moved, nw = movedFrom(w, hint, pb), nw&^ticketP|pb|ticketFresh
 			}
 			if p.CompareAndSwap(w, nw) {
 				if moved {
