@@ -43,3 +43,13 @@ func ClockLen[K comparable, V any](c *Cache[K, V]) int {
 	defer r.freshMu.Unlock()
 	return len(r.hand.slots) + len(r.fresh)
 }
+
+// LeaseLines returns how many lines of tickets key's value has grown for
+// its leases (0: none, or key holds no value).
+func LeaseLines[K comparable, V any](c *Cache[K, V], key K) int {
+	s := c.table.Lookup(key)
+	if s == nil {
+		return 0
+	}
+	return s.LeaseLines()
+}

@@ -27,19 +27,8 @@ func (t *Table[K, V]) RebuildsOnInsert(key K) bool {
 // GrowAfter is growAfter, for the tests of lease lines.
 const GrowAfter = growAfter
 
-// LeaseLines returns how many lines of tickets s's lease table has grown
-// (0: none, or Abandon sealed it first).
-func LeaseLines[K comparable, V any](s *Slot[K, V]) int {
-	tb := s.leases.Load()
-	if tb == nil {
-		return 0
-	}
-	h := tb.lines.Load()
-	if h == nil || h == sealedLines {
-		return 0
-	}
-	return int(h.mask.Load() + 1)
-}
+// LeaseLines is s.LeaseLines, for the tests of lease lines.
+func LeaseLines[K comparable, V any](s *Slot[K, V]) int { return s.LeaseLines() }
 
 // OnLine reports whether t is a ticket of one of s's grown lines, not of
 // its table's first line or an overflow lease.

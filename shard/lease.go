@@ -667,6 +667,21 @@ func (s *Slot[K, V]) Leased() int {
 	return n + int(tb.extra.Load()&extraCount)
 }
 
+// LeaseLines reports how many lines of tickets s's lease table has grown
+// (0: none, or Abandon sealed the table first): what a value's leases cost
+// beyond its first line, for statistics and tests.
+func (s *Slot[K, V]) LeaseLines() int {
+	tb := s.leases.Load()
+	if tb == nil {
+		return 0
+	}
+	h := tb.lines.Load()
+	if h == nil || h == sealedLines {
+		return 0
+	}
+	return int(h.mask.Load() + 1)
+}
+
 // LeaseHeld reports whether a lease of s's value is held now: Leased() > 0,
 // as eviction asks it of every value it weighs, which it answers at the
 // first lease it finds, reading the first line before the lines a value
