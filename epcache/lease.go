@@ -67,6 +67,9 @@ func (l Lease[K, V]) release() {
 	if l.s == nil {
 		panic("epcache: Release of a Lease that Acquire returned with an error")
 	}
+	if shard.TryEndRecording(l.tk) {
+		return // a lease of a value in the cache, whose ticket records its P
+	}
 	c := owner(l.s)
 	last, watched, err := c.endLease(l.s, l.tk, false) // a last lease's Release: its room comes back
 	if err != nil {
@@ -105,7 +108,11 @@ func (l Lease[K, V]) release() {
 // or whose stack moved, may count as two); two whose identities hash alike
 // (one pair in 256) count as one. A value leased from one P at a time
 // never grows: one goroutine holding several leases of it at once, moving
-// between Ps or not, or goroutines taking turns on one P.
+// between Ps or not, or goroutines taking turns on one P, or each leasing
+// it on the P where the last lease of it ended. Once a value's leases have
+// come from two goroutines at GOMAXPROCS above 1, until it grows, the end
+// of each of its leases also reads the P it runs on (a call beside the
+// compare-and-swap).
 func (c *Cache[K, V]) Acquire(ctx context.Context, key K) (l Lease[K, V], err error) {
 	l.s, l.tk, err = c.table.Acquire(ctx, key) // a miss comes back to acquireSlow
 	return l, err

@@ -60,7 +60,7 @@ func GrowLeaseLines[K comparable, V any](s *Slot[K, V]) {
 // heldTicket makes it, which the table's Acquire writes out), and the
 // ticket holds the taken word.
 func JustTaken(t Ticket) bool {
-	return t == heldTicket(t.w, t.p) && atomic.LoadUint64(t.p) == t.w
+	return t == heldTicket(t.w, t.p) && atomic.LoadUint64(t.p) == t.w&^ticketSlow
 }
 
 // Hint returns the hint of the goroutine that took t's ticket (its

@@ -93,7 +93,7 @@ func TestLineOfIsThePsFirstLine(t *testing.T) {
 	// grow stores the mask of the lines it made.
 	tb := new(leaseTable)
 	h := tb.grow()
-	if got, want := tb.contended.Load()>>contendedMaskShift, h.mask.Load(); got != want {
+	if got, want := tb.contended.Load()&contendedMask>>contendedMaskShift, h.mask.Load(); got != want {
 		t.Fatalf("grow left mask %d in contended, its lines' is %d", got, want)
 	}
 }

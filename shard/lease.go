@@ -22,7 +22,7 @@ import (
 //	bit 63: gone (the value has left the table: no new lease)
 //	bit 62: held
 //	bit 61: watched (see Watch)
-//	bit 58: record P: every lease that takes it records its P (see caught)
+//	bit 58: record P: every lease that takes or ends it records its P
 //	bit 57: P fresh: the take that left this word recorded its P
 //	bits 48-56: the hint of the goroutine that took it last (leaseHint)
 //	bits 40-47: the P that a goroutine ran on when a take recorded it
@@ -42,34 +42,42 @@ import (
 // another goroutine on another P. A ticket records who took it last, a
 // hint of the goroutine's identity (leaseHint: its g, the same at every
 // call depth and across stack moves, on amd64 and arm64; elsewhere the
-// block its stack is in), and, when the take read it, the P
-// it ran on. A lease reads its P (procPin) only when its hint differs from
-// the ticket's, or the ticket asks for it (record P): a value leased
-// again and again by one goroutine pays nothing for it, so the P a ticket
-// holds may be stale (the goroutine moved since), and the fresh bit says
-// whether it is the P of the take that left the word. Evidence is then:
+// block its stack is in), and a P. A value leased again and again by one
+// goroutine pays nothing for it: a lease reads its P (procPin) only when
+// its hint differs from the ticket's, or the ticket records P, and the
+// fresh bit says whether the P a ticket holds is that of the take that
+// left the word. The first ticket starts out recording a P at take-overs
+// only, which says nothing of where the last lease ended (its goroutine
+// may have moved while it held it) nor of the takes its goroutine made
+// since without reading a P; so the first take-over from another
+// goroutine (unless every P involved is 0: at GOMAXPROCS 1 all are) sets
+// record P in the ticket, and from then on every take and every end of it
+// writes the P it ran on (TryEndRecording): the ticket holds the P of the
+// last write to its line. Evidence is then:
 //
-//   - a lease that takes the first ticket over from a goroutine with
-//     another hint whose take recorded another P (Table.Acquire), once per
-//     take; or
+//   - a lease that takes the first ticket, recording P, over from a
+//     goroutine with another hint whose write was on another P
+//     (Table.Acquire, takenOver), once per take; or
 //   - a lease that finds the first ticket held by a goroutine with another
 //     hint whose take recorded another P (caught), once per hold: however
 //     often the lease is retried while that one lease is held, it counts
 //     once (the hold's generation is kept whole beside the count).
 //
 // A held ticket whose P is stale is no evidence either way: the lease that
-// finds it sets record P in the ticket, and from then on every take of it
-// records its P, so that the next hold that lease or another catches says
-// where its holder ran. Nothing else counts: one goroutine's nested leases
-// (its own hint, held), at whatever depth, moving to another P or not; two
-// goroutines taking turns on one P (the P each take recorded is theirs);
-// two goroutines whose
+// finds it sets record P in the ticket. Nothing else counts: one
+// goroutine's nested leases (its own hint, held), at whatever depth,
+// moving to another P or not; goroutines taking turns on one P, or each
+// taking the ticket on the P where the last lease ended, wherever that
+// lease was taken (the line is in that core's cache); two goroutines whose
 // hints hash alike (one pair in 256: they are taken for one, and a third
-// goroutine's leases count against both). After growAfter pieces of
+// goroutine's leases count against both). A ticket that records P costs
+// its leases a call and a read of the P at the end, until the value grows
+// (the lines' tickets never record P). After growAfter pieces of
 // evidence, at GOMAXPROCS above 1,
 // the table grows lines of their own: linesPerP 128-byte lines of eight
 // tickets for each P (GOMAXPROCS at the growth, at most maxLines lines in
-// all: beyond 16 Ps, Ps share lines). A lease then takes a ticket on the
+// all: beyond 16 Ps, Ps share lines), made once, by one lease, however
+// many reach the growth at once. A lease then takes a ticket on the
 // first line of the P that runs it, which only that P writes while it
 // holds fewer than eight leases of the value: two cores leasing one value
 // write two lines, each of which stays in its core's cache, and the value
@@ -104,7 +112,7 @@ const (
 	ticketGone    = 1 << 63
 	ticketHeld    = 1 << 62
 	ticketWatched = 1 << 61
-	ticketRecordP = 1 << 58     // every lease that takes the ticket records its P (see caught)
+	ticketRecordP = 1 << 58     // every lease that takes or ends the ticket records its P (see takenOver)
 	ticketFresh   = 1 << 57     // ticketP is the P of the take that left the word
 	ticketHint    = 0x1ff << 48 // who took the ticket last (leaseHint)
 	ticketP       = 0xff << 40  // a P a take recorded (pidBits)
@@ -186,6 +194,7 @@ const leaseTablePad = 128 - 8*leaseTickets - 8 - 8 - 8 - 8 - 4*unsafe.Sizeof(uin
 // Bits of leaseTable.contended.
 const (
 	contendedWatch     = 1 << 63
+	contendedGrowing   = 1 << 55 // a lease is making the lines (grow)
 	contendedHoldSeen  = 1 << 54 // a hold was counted: contendedHold is its generation
 	contendedMaskShift = 48      // the lines' mask, 0 until grow stores it; maxLines-1 fits below contendedHoldSeen
 	contendedMask      = (maxLines - 1) << contendedMaskShift
@@ -337,8 +346,8 @@ func take(p *atomic.Uint64, hint, pb uint64) (t Ticket, ok, gone bool) {
 		nw := taken(w, hint)&^ticketP | pb | ticketFresh
 		if p.CompareAndSwap(w, nw) {
 			t = heldTicket(nw&^ticketWatched, wordOf(p))
-			if nw&ticketWatched != 0 {
-				t.w |= ticketSlow // TryEnd cannot match it
+			if nw&(ticketWatched|ticketRecordP) != 0 {
+				t.w |= ticketSlow // TryEnd cannot match it: its end reports the watch, or records its P
 			}
 			return t, true, false
 		}
@@ -352,12 +361,27 @@ func taken[W ~uint64](w, hint W) W {
 	return w&^(ticketHint|ticketGen|ticketFresh) | (w+1)&ticketGen | ticketHeld | hint
 }
 
-// movedFrom reports whether w, a ticket, was taken last by a goroutine
-// other than the one with hint, whose take recorded a P other than the
-// one whose pidBits are pb: another goroutine on another P (see the
-// comment at the top). A ticket never taken is not fresh.
-func movedFrom[W ~uint64](w, hint, pb W) bool {
-	return w&ticketFresh != 0 && w&ticketHint != hint && w&ticketP != pb
+// takenOver is taken for the first ticket's word w, taken by a goroutine
+// with hint on the P whose pidBits are pb, which the caller read because
+// w was taken last by another goroutine (or never), or records P: nw with
+// that P recorded, and whether the take is evidence of another goroutine
+// on another P (see the comment at the top). Only a word that records P
+// holds the P of the last write to its line, a take's or an end's: it
+// is evidence if another goroutine wrote it from another P. A word that
+// does not holds at most the P of a take, and says nothing of where that
+// lease ended (its goroutine may have moved), nor of the takes its
+// goroutine made since without reading a P: the first take over from
+// another goroutine sets record P instead, unless every P involved is 0
+// (at GOMAXPROCS 1, all are), and counts nothing.
+func takenOver[W ~uint64](w, nw, hint, pb W) (W, bool) {
+	nw = nw&^ticketP | pb | ticketFresh
+	if w&ticketRecordP != 0 {
+		return nw, w&ticketFresh != 0 && w&ticketHint != hint && w&ticketP != pb
+	}
+	if w&ticketHint != 0 && (w&ticketP|pb) != 0 {
+		nw |= ticketRecordP
+	}
+	return nw, false
 }
 
 // takeLine claims a free ticket of line l.
@@ -461,9 +485,10 @@ func (tb *leaseTable) contend() *leaseLine {
 // find it. A stale P says nothing of where the holder runs (it took the
 // ticket without reading its P, after its own last take: it may have moved
 // since), so the first such lease sets ticketRecordP in the ticket and
-// counts nothing: from then on every take of it records its P (Table.Acquire's
-// fast path reads the bit in the word it loads; the holder's end, whose
-// word changed, takes EndLease's slow path once, which keeps the bit).
+// counts nothing: from then on every take and end of it records its P
+// (Table.Acquire's fast path reads the bit in the word it loads; the
+// holder's end, whose word changed, takes EndLease's slow path once, which
+// keeps the bit and records the end's P).
 func (tb *leaseTable) caught(w, pb uint64) *leaseLine {
 	switch {
 	case w&ticketFresh == 0:
@@ -495,8 +520,23 @@ func (s *Slot[K, V]) contended() {
 }
 
 // grow makes tb's lines, unless another lease or Abandon did first, and
-// returns them (nil if Abandon sealed the table).
+// returns them (nil if Abandon sealed the table, or if another lease is
+// making them now: the caller leases from the first line meanwhile).
 func (tb *leaseTable) grow() *leaseLine {
+	// One lease allocates, however many reach the growth at once: the
+	// others go on with the first line until the lines are published.
+	for {
+		if h := tb.lines.Load(); h != nil {
+			return h
+		}
+		c := tb.contended.Load()
+		if c&contendedGrowing != 0 {
+			return tb.lines.Load()
+		}
+		if tb.contended.CompareAndSwap(c, c|contendedGrowing) {
+			break
+		}
+	}
 	n := min(ceilPow2(linesPerP*runtime.GOMAXPROCS(0)), maxLines)
 	h := newLines(n)
 	if !tb.lines.CompareAndSwap(nil, h) {
@@ -555,7 +595,12 @@ func (s *Slot[K, V]) EndWatchedLease(t Ticket) (last, watched bool, err error) {
 		if w&ticketHeld == 0 || w&ticketGen != gen {
 			return false, false, ErrLeaseEnded
 		}
-		if atomic.CompareAndSwapUint64(t.p, w, w&(ticketGone|ticketRecordP|ticketFresh|ticketHint|ticketP|ticketGen)) { // and the watch served
+		nw := w & (ticketGone | ticketRecordP | ticketFresh | ticketHint | ticketP | ticketGen) // and the watch served
+		if w&ticketRecordP != 0 {
+			nw = nw&^ticketP | pidBits[uint64](procPin()) | ticketFresh // see TryEndRecording
+			procUnpin()
+		}
+		if atomic.CompareAndSwapUint64(t.p, w, nw) {
 			watched = w&ticketWatched != 0
 			if w&ticketGone != 0 {
 				return tb.drain.Add(-1) == 0, watched, nil
@@ -580,6 +625,25 @@ func (s *Slot[K, V]) EndWatchedLease(t Ticket) (last, watched bool, err error) {
 // keeps Release out of its callers.
 func TryEnd[W ~uint64](t Ticket) bool {
 	return atomic.CompareAndSwapUint64(t.p, t.w, t.e)
+}
+
+// TryEndRecording is TryEnd for a lease whose ticket records P (see
+// takenOver), which TryEnd does not end: it ends t, if its value has not
+// left the table and no eviction watches it, recording in the ticket the P
+// of the end, and otherwise reports false, changing nothing. A ticket that
+// records P holds the P of the last write to it, so that the next lease
+// from another goroutine tells whether the line moved between cores, a
+// lease's goroutine having moved while it held the lease or not. It costs
+// a lease of such a ticket a call and reading its P, beside the CAS; a
+// value whose leases come from several cores grows lines, whose tickets
+// never record P.
+func TryEndRecording(t Ticket) bool {
+	if t.p == nil || t.w&(ticketRecordP|ticketOverflow) != ticketRecordP {
+		return false
+	}
+	e := t.e&^(ticketSlow|ticketP) | pidBits[uint64](procPin()) | ticketFresh
+	procUnpin()
+	return atomic.CompareAndSwapUint64(t.p, t.w&^ticketSlow, e)
 }
 
 // eachTicket calls f with every ticket of tb's lines, the first line's

@@ -628,13 +628,16 @@ probe:
 				// cores (see lease.go).
 				pb := pidBits[uint64](procPin())
 				procUnpin()
-				moved, nw = movedFrom(w, hint, pb), nw&^ticketP|pb|ticketFresh
+				nw, moved = takenOver(w, nw, hint, pb)
 			}
 			if p.CompareAndSwap(w, nw) {
 				if moved {
 					s.contended()
 				}
 				tk = Ticket{w: nw, e: nw &^ ticketHeld, p: (*uint64)(unsafe.Pointer(p))} // heldTicket and wordOf, which do not inline here
+				if nw&ticketRecordP != 0 {
+					tk.w |= ticketSlow // its end records its P (TryEndRecording)
+				}
 				if !t.Holds(s) {
 					return t.leaseMissed(ctx, key, s, tk)
 				}
