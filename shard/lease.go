@@ -840,13 +840,16 @@ func (f *Flight[V]) TakeLease() (t Ticket, ok bool) {
 // (Abandon, Watch), or an overflow lease, keeps its stamp: it only decides
 // growth.
 func (t Ticket) restamp(hint uint64) Ticket {
-	if t.w&(ticketSlow|ticketOverflow) != 0 {
-		return t
+	if t.w&ticketOverflow != 0 || t.w&(ticketSlow|ticketRecordP) == ticketSlow {
+		return t // an overflow lease, or a watched one
 	}
-	nw := t.w&^(ticketHint|ticketP) | hint | pidBits[uint64](procPin()) | ticketFresh
+	w := t.w &^ ticketSlow // a ticket that records P: its Ticket's word has ticketSlow
+	nw := w&^(ticketHint|ticketP) | hint | pidBits[uint64](procPin()) | ticketFresh
 	procUnpin()
-	if atomic.CompareAndSwapUint64(t.p, t.w, nw) {
-		return heldTicket(nw, t.p)
+	if atomic.CompareAndSwapUint64(t.p, w, nw) {
+		r := heldTicket(nw, t.p)
+		r.w |= t.w & ticketSlow
+		return r
 	}
 	return t
 }
