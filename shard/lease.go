@@ -58,6 +58,10 @@ import (
 //   - a lease that takes the first ticket, recording P, over from a
 //     goroutine with another hint whose write was on another P
 //     (Table.Acquire, takenOver), once per take; or
+//   - the same of any ticket of the first line, taken by a lease that
+//     found the first ticket held (Slot.Lease), so that goroutines on two
+//     Ps leasing beside one lease held long (across a blocking send) are
+//     evidence too; or
 //   - a lease that finds the first ticket held by a goroutine with another
 //     hint whose take recorded another P (caught), once per hold: however
 //     often the lease is retried while that one lease is held, it counts
@@ -335,21 +339,32 @@ func (s *Slot[K, V]) Owner() any {
 // hint on the P whose pidBits are pb. gone reports that the value has left
 // the table.
 func take(p *atomic.Uint64, hint, pb uint64) (t Ticket, ok, gone bool) {
+	t, ok, gone, _ = takeFrom(p, hint, pb, false)
+	return t, ok, gone
+}
+
+// takeFrom is take, for a ticket of the first line if first: its take
+// follows takenOver's rule, as Table.Acquire's of the first ticket does,
+// and moved reports that it is evidence of another goroutine on another P.
+func takeFrom(p *atomic.Uint64, hint, pb uint64, first bool) (t Ticket, ok, gone, moved bool) {
 	for {
 		w := p.Load()
 		switch {
 		case w&ticketGone != 0:
-			return Ticket{}, false, true
+			return Ticket{}, false, true, false
 		case w&ticketHeld != 0:
-			return Ticket{}, false, false
+			return Ticket{}, false, false, false
 		}
 		nw := taken(w, hint)&^ticketP | pb | ticketFresh
+		if first {
+			nw, moved = takenOver(w, nw, hint, pb)
+		}
 		if p.CompareAndSwap(w, nw) {
 			t = heldTicket(nw&^ticketWatched, wordOf(p))
 			if nw&(ticketWatched|ticketRecordP) != 0 {
 				t.w |= ticketSlow // TryEnd cannot match it: its end reports the watch, or records its P
 			}
-			return t, true, false
+			return t, true, false, moved
 		}
 	}
 }
@@ -361,10 +376,10 @@ func taken[W ~uint64](w, hint W) W {
 	return w&^(ticketHint|ticketGen|ticketFresh) | (w+1)&ticketGen | ticketHeld | hint
 }
 
-// takenOver is taken for the first ticket's word w, taken by a goroutine
-// with hint on the P whose pidBits are pb, which the caller read because
-// w was taken last by another goroutine (or never), or records P: nw with
-// that P recorded, and whether the take is evidence of another goroutine
+// takenOver is taken for the word w of a ticket of the first line, taken
+// by a goroutine with hint on the P whose pidBits are pb (Table.Acquire
+// reads pb only when w was taken last by another goroutine, or never, or
+// records P; Slot.Lease always does): nw with that P recorded, and whether the take is evidence of another goroutine
 // on another P (see the comment at the top). Only a word that records P
 // holds the P of the last write to its line, a take's or an end's: it
 // is evidence if another goroutine wrote it from another P. A word that
@@ -378,7 +393,7 @@ func takenOver[W ~uint64](w, nw, hint, pb W) (W, bool) {
 	if w&ticketRecordP != 0 {
 		return nw, w&ticketFresh != 0 && w&ticketHint != hint && w&ticketP != pb
 	}
-	if w&ticketHint != 0 && (w&ticketP|pb) != 0 {
+	if w&ticketHint != 0 && w&ticketHint != hint && (w&ticketP|pb) != 0 {
 		nw |= ticketRecordP
 	}
 	return nw, false
@@ -438,8 +453,18 @@ func (s *Slot[K, V]) leaseAs(owner any, hint uint64, pid int) (t Ticket, ok bool
 			}
 		}
 	}
-	if t, ok, gone = takeLine(&tb.tickets, hint, pb); ok || gone {
-		return t, ok
+	// The first line's tickets, each taken as Table.Acquire takes the
+	// first: the evidence of goroutines on two Ps that lease beside a
+	// lease held long on the first ticket (across a blocking send) is the
+	// take-overs of the others.
+	for j := range tb.tickets {
+		var moved bool
+		if t, ok, gone, moved = takeFrom(&tb.tickets[j], hint, pb, true); ok || gone {
+			if moved {
+				tb.contend()
+			}
+			return t, ok
+		}
 	}
 	for {
 		e := tb.extra.Load()
