@@ -7,6 +7,8 @@
 package direct_test
 
 import (
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,14 +30,64 @@ func withLifecycle[K comparable](keys int) func(*epcache.Config[K, *endpoint]) {
 	}
 }
 
-// runHit runs loop on every P; loop calls the implementation directly. Each
-// goroutine starts at its own place in the keys (first), as senders to many
-// peers would, rather than all in step on one key's cache line.
-func runHit(b *testing.B, loop func(pb *testing.PB, first int) *endpoint) {
+// runHit runs loop on every P, a goroutine each, as RunParallel does;
+// loop calls the implementation directly. Each goroutine starts at its own
+// place in the keys (first), as senders to many peers would, rather than
+// all in step on one key's cache line.
+//
+// Its goroutines count their iterations in workers of their own, not in
+// RunParallel's testing.PB: a PB is 32 bytes, written at every Next, and
+// allocated by its goroutine as it starts, where several goroutines that
+// start on one P get PBs side by side, so that two cores' counters share a
+// cache line in some runs and not in others. A benchmark at GOMAXPROCS 2
+// then ran at one of two speeds, twice as slow in the runs whose counters
+// shared a line, whatever it measured (the floor of a lease included).
+func runHit(b *testing.B, loop func(pb *worker, first int) *endpoint) {
 	b.ReportAllocs()
-	var goroutines atomic.Int64
+	procs := runtime.GOMAXPROCS(0)
+	var next atomic.Uint64
+	ws := make([]*worker, procs)
+	for i := range ws {
+		// As RunParallel takes iterations: in grains, so that the
+		// shared counter is written once per grain, not per iteration.
+		ws[i] = &worker{next: &next, grain: uint64(max(1, min(10000, b.N/(100*procs)))), n: uint64(b.N)}
+	}
+	var wg sync.WaitGroup
 	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) { sink.Store(loop(pb, int(goroutines.Add(1)-1)*firstStride)) })
+	for i, w := range ws {
+		wg.Go(func() { sink.Store(loop(w, i*firstStride)) })
+	}
+	wg.Wait()
+}
+
+// worker is one of runHit's goroutines' iteration counter, as a
+// testing.PB is, but a 128-byte allocation, a size class whose objects
+// start on a 128-byte boundary: no two workers share a line, nor a pair of
+// lines that adjacent-line prefetching moves together.
+type worker struct {
+	next  *atomic.Uint64 // iterations handed out, shared by the workers
+	grain uint64         // taken from next at once
+	cache uint64         // taken and not yet run
+	n     uint64         // b.N
+	_     [128 - 4*8]byte
+}
+
+// Next reports whether the worker has another iteration to run, as
+// testing.PB's Next does.
+func (w *worker) Next() bool {
+	if w.cache == 0 {
+		n := w.next.Add(w.grain)
+		switch {
+		case n <= w.n:
+			w.cache = w.grain
+		case n < w.n+w.grain:
+			w.cache = w.n + w.grain - n
+		default:
+			return false
+		}
+	}
+	w.cache--
+	return true
 }
 
 // firstStride is how far apart in the keys runHit's goroutines start: first

@@ -43,7 +43,7 @@ func benchHit[K comparable](b *testing.B, keyName string, peers int, keys []K) {
 
 	b.Run(name("epcache"), func(b *testing.B) {
 		c := fixture.FilledCache(b, keys, eps)
-		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
+		runHit(b, func(pb *worker, first int) (last *endpoint) {
 			for i := first; pb.Next(); i++ {
 				last, _ = c.Get(ctx, keys[i&mask])
 			}
@@ -55,7 +55,7 @@ func benchHit[K comparable](b *testing.B, keyName string, peers int, keys []K) {
 	// the slow path once; the cap holds every key, so nothing is evicted.
 	b.Run(name("epcache-lifecycle"), func(b *testing.B) {
 		c := fixture.FilledCache(b, keys, eps, withLifecycle[K](len(keys)))
-		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
+		runHit(b, func(pb *worker, first int) (last *endpoint) {
 			for i := first; pb.Next(); i++ {
 				last, _ = c.Get(ctx, keys[i&mask])
 			}
@@ -64,7 +64,7 @@ func benchHit[K comparable](b *testing.B, keyName string, peers int, keys []K) {
 	})
 	b.Run(name("epcache-load"), func(b *testing.B) {
 		c := fixture.FilledCache(b, keys, eps)
-		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
+		runHit(b, func(pb *worker, first int) (last *endpoint) {
 			for i := first; pb.Next(); i++ {
 				last, _ = c.Load(keys[i&mask])
 			}
@@ -76,7 +76,7 @@ func benchHit[K comparable](b *testing.B, keyName string, peers int, keys []K) {
 		for i, k := range keys {
 			m.Store(k, eps[i])
 		}
-		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
+		runHit(b, func(pb *worker, first int) (last *endpoint) {
 			for i := first; pb.Next(); i++ {
 				v, _ := m.Load(keys[i&mask])
 				last = v.(*endpoint)
@@ -89,7 +89,7 @@ func benchHit[K comparable](b *testing.B, keyName string, peers int, keys []K) {
 		for i, k := range keys {
 			m.Store(k, eps[i])
 		}
-		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
+		runHit(b, func(pb *worker, first int) (last *endpoint) {
 			for i := first; pb.Next(); i++ {
 				last, _ = m.Load(keys[i&mask])
 			}
@@ -101,7 +101,7 @@ func benchHit[K comparable](b *testing.B, keyName string, peers int, keys []K) {
 		for i, k := range keys {
 			m.Store(k, eps[i])
 		}
-		runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
+		runHit(b, func(pb *worker, first int) (last *endpoint) {
 			for i := first; pb.Next(); i++ {
 				last, _ = m.Load(keys[i&mask])
 			}
@@ -134,7 +134,7 @@ func BenchmarkLease(b *testing.B) {
 		name := func(impl string) string { return "impl=" + impl + "/peers=" + strconv.Itoa(peers) }
 		b.Run(name("epcache-get"), func(b *testing.B) {
 			c := fixture.FilledCache(b, keys, eps)
-			runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
+			runHit(b, func(pb *worker, first int) (last *endpoint) {
 				for i := first; pb.Next(); i++ {
 					last, _ = c.Get(ctx, keys[i&mask])
 					use(last)
@@ -144,7 +144,7 @@ func BenchmarkLease(b *testing.B) {
 		})
 		b.Run(name("epcache"), func(b *testing.B) {
 			c := fixture.FilledCache(b, keys, eps)
-			runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
+			runHit(b, func(pb *worker, first int) (last *endpoint) {
 				for i := first; pb.Next(); i++ {
 					l, _ := c.Acquire(ctx, keys[i&mask])
 					last = l.Value()
@@ -164,11 +164,11 @@ func BenchmarkLease(b *testing.B) {
 		// ratio this CPU allows.
 		b.Run(name("epcache-get-2cas"), func(b *testing.B) {
 			c := fixture.FilledCache(b, keys, eps)
-			words := make([][]paddedWord, runtime.GOMAXPROCS(0)) // RunParallel's goroutines, one per P
+			words := make([][]paddedWord, runtime.GOMAXPROCS(0)) // runHit's goroutines, one per P
 			for g := range words {
 				words[g] = make([]paddedWord, len(keys))
 			}
-			runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
+			runHit(b, func(pb *worker, first int) (last *endpoint) {
 				words := words[first/firstStride]
 				for i := first; pb.Next(); i++ {
 					last, _ = c.Get(ctx, keys[i&mask])
@@ -186,7 +186,7 @@ func BenchmarkLease(b *testing.B) {
 		})
 		b.Run(name("epcache-lifecycle"), func(b *testing.B) {
 			c := fixture.FilledCache(b, keys, eps, withLifecycle[uint64](len(keys)))
-			runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
+			runHit(b, func(pb *worker, first int) (last *endpoint) {
 				for i := first; pb.Next(); i++ {
 					l, _ := c.Acquire(ctx, keys[i&mask])
 					last = l.Value()
@@ -198,7 +198,7 @@ func BenchmarkLease(b *testing.B) {
 		})
 		b.Run(name("pool"), func(b *testing.B) {
 			p := newRefPool(keys, eps)
-			runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
+			runHit(b, func(pb *worker, first int) (last *endpoint) {
 				for i := first; pb.Next(); i++ {
 					k := keys[i&mask]
 					last = p.acquire(k)
@@ -217,7 +217,7 @@ func BenchmarkLease(b *testing.B) {
 			for i, k := range keys {
 				m.Store(k, &entry{ep: eps[i]})
 			}
-			runHit(b, func(pb *testing.PB, first int) (last *endpoint) {
+			runHit(b, func(pb *worker, first int) (last *endpoint) {
 				for i := first; pb.Next(); i++ {
 					e, _ := m.Load(keys[i&mask])
 					e.refs.Add(1)
