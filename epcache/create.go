@@ -35,7 +35,7 @@ func valuesOf(ctx context.Context) context.Context {
 // ends, so no second creation of the key can overlap this one.
 func (c *Cache[K, V]) run(s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V]) {
 	defer c.stats.of(unsafe.Pointer(s)).gate.exit()
-	start := time.Now()
+	start := shard.Nanotime()
 	ctx := f.Context()
 	var last *atomic.Pointer[failure] // the latest failed attempt, for the timeout's error
 	stopAbandon := func() bool { return false }
@@ -71,8 +71,11 @@ func (c *Cache[K, V]) run(s *shard.Slot[K, V], claim *shard.State[V], f *shard.F
 		if !returned {
 			err = ErrGoexit
 		}
-		outcome := c.settle(s, claim, f, v, err)
-		c.latency.create[outcome].record(time.Since(start))
+		// One reading of the clock for the creation's latency and its
+		// value's publication, which follows at once.
+		end := shard.Nanotime()
+		outcome := c.settle(s, claim, f, v, err, end)
+		c.latency.create[outcome].record(time.Duration(end - start))
 	}()
 	v, err = c.attempt(ctx, s, last)
 	returned = true
@@ -160,8 +163,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // if the flight is still unresolved, and otherwise (a timeout answered the
 // waiters already, or an Offer did) by releasing a value nobody asked for
 // any more and settling the slot. It returns how the creation ended, for
-// Stats.CreateLatency.
-func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V], v V, err error) Outcome {
+// Stats.CreateLatency. now is the time (shard.Nanotime) its Create
+// returned.
+func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V], v V, err error, now int64) Outcome {
 	st := c.stats.of(unsafe.Pointer(s))
 	if err == nil {
 		st.creates.Add(1)
@@ -169,7 +173,7 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 	if f.TryResolve() {
 		if err == nil {
 			s.LeaseFor(f, c) // an Acquire that claimed: leased before anyone can invalidate
-			c.publish(s, claim, f, v)
+			c.publish(s, claim, f, v, now)
 			return OutcomeValue
 		}
 		st.createErrors.Add(1)
@@ -216,10 +220,10 @@ func (c *Cache[K, V]) settle(s *shard.Slot[K, V], claim *shard.State[V], f *shar
 // publish makes v the value of s, which the caller claimed (claim), and
 // answers f's waiters with it. It cannot fail: Close seals the table only
 // after every creation and Offer has left its gate, and the caller is
-// inside one.
-func (c *Cache[K, V]) publish(s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V], v V) {
+// inside one. now is the time of the publication (shard.Nanotime).
+func (c *Cache[K, V]) publish(s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V], v V, now int64) {
 	if c.room != nil {
-		c.room.track(s, c) // before v can leave the cache, which clears the handle
+		c.room.track(s, c, now) // before v can leave the cache, which clears the handle
 	}
 	c.table.Publish(s, claim, v)
 	c.stats.of(unsafe.Pointer(s)).ready.Add(1)

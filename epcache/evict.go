@@ -33,9 +33,10 @@ const freshBatch = 64
 // stay reachable from the room until the hand comes round to it, which,
 // while the cache is not full, it never does.
 //
-// It does not wait for the hand, which an eviction may hold for a while.
-func (r *room[K, V]) track(s *shard.Slot[K, V], c *Cache[K, V]) {
-	h := s.Track(c)
+// now is the time of the publication (shard.Nanotime). It does not wait
+// for the hand, which an eviction may hold for a while.
+func (r *room[K, V]) track(s *shard.Slot[K, V], c *Cache[K, V], now int64) {
+	h := s.Track(c, now)
 	r.recent[r.next.Add(1)%recentValues].Store(h)
 	r.freshMu.Lock()
 	r.fresh = append(r.fresh, h)

@@ -100,7 +100,7 @@ func (c *Cache[K, V]) offer(s *shard.Slot[K, V], st *shard.State[V], v V) (done,
 		// even if v is invalidated.
 		s.MarkStraggler(f, c)
 		stats.offers.Add(1)
-		c.publish(s, st, f, v)
+		c.publish(s, st, f, v, shard.Nanotime())
 		f.Cancel(ErrOffered) // its value is no longer wanted: Create may stop
 		return true, true
 	}
@@ -120,6 +120,6 @@ func (c *Cache[K, V]) offer(s *shard.Slot[K, V], st *shard.State[V], v V) (done,
 		s.MarkStraggler(st.Flight(), c) // the straggler carries over to v's successor
 	}
 	stats.offers.Add(1)
-	c.publish(s, claim, f, v)
+	c.publish(s, claim, f, v, shard.Nanotime())
 	return true, true
 }

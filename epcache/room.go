@@ -230,7 +230,6 @@ var errNoRoomClaimer = fmt.Errorf("epcache: the claimer left while waiting for r
 // caller. A panic in Release is recovered and reported by Close.
 func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], claim *shard.State[V], f *shard.Flight[V], lease bool) (took bool, err error) {
 	r := c.room
-	start := time.Now()
 	var w *roomWaiter
 	e, ok := evicted[K, V]{}, false
 	if r.line.Load() == 0 && r.used.Load() >= r.max {
@@ -248,7 +247,9 @@ func (c *Cache[K, V]) takeRoom(ctx context.Context, s *shard.Slot[K, V], claim *
 		}
 	}
 	c.stats.of(unsafe.Pointer(s)).roomWaits.Add(1)
-	defer func() { c.latency.room.record(time.Since(start)) }()
+	// Timed from the claim, which made f just before: a creation that
+	// finds room at once reads no clock.
+	defer func() { c.latency.room.record(time.Duration(shard.Nanotime() - f.StartedNanos())) }()
 	if !ok {
 		e, ok = c.kickAndTake()
 		if ok && !r.leaveTakingOver(w) {

@@ -51,7 +51,7 @@ func TestOwner(t *testing.T) {
 		},
 		"Watch":         func(s *shard.Slot[int, int], _ *shard.Flight[int]) { s.Watch(mine) },
 		"MarkStraggler": func(s *shard.Slot[int, int], f *shard.Flight[int]) { s.MarkStraggler(f, mine) },
-		"Track":         func(s *shard.Slot[int, int], _ *shard.Flight[int]) { s.Track(mine) },
+		"Track":         func(s *shard.Slot[int, int], _ *shard.Flight[int]) { s.Track(mine, shard.Nanotime()) },
 		"LeaseFor": func(s *shard.Slot[int, int], f *shard.Flight[int]) {
 			f.WantLease()
 			s.LeaseFor(f, mine)

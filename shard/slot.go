@@ -168,7 +168,7 @@ type Flight[V any] struct {
 	lease      flightLease               // a lease of the created value for the claimer (lease.go)
 	straggling atomic.Pointer[Flight[V]] // a Straggling state's flight, done when this creation returns
 	ctx        flightCtx                 // the creation's context
-	started    time.Time                 // when the flight was made: the claim, or the failure
+	started    int64                     // when the flight was made (Nanotime): the claim, or the failure
 	waiters    atomic.Int32              // callers waiting on Done now (AddWaiters)
 	value      V
 	err        error
@@ -177,7 +177,7 @@ type Flight[V any] struct {
 
 // newFlight returns a flight and its state.
 func newFlight[V any](parent context.Context) (*State[V], *Flight[V]) {
-	f := &Flight[V]{started: time.Now()}
+	f := &Flight[V]{started: Nanotime()}
 	f.ctx.parent = parent
 	f.state.flight = f
 	return &f.state, f
@@ -224,7 +224,10 @@ func (f *Flight[V]) Finish(v V, err error, until time.Time) {
 
 // Started returns when the flight was made: when its creation was claimed,
 // or, for a remembered failure (NewFailure), when the failure was.
-func (f *Flight[V]) Started() time.Time { return f.started }
+func (f *Flight[V]) Started() time.Time { return Time(f.started) }
+
+// StartedNanos is Started as a Nanotime reading.
+func (f *Flight[V]) StartedNanos() int64 { return f.started }
 
 // AddWaiters adds n (which may be negative) to the count of callers
 // waiting on f, which Waiters reports: for statistics, not for
@@ -371,17 +374,19 @@ func (st *State[V]) IdleSweeps() int {
 // with slots in memory, which a table's probes of many peers would feel.
 type Handle[K comparable, V any] struct {
 	slot  atomic.Pointer[Slot[K, V]]
-	since int64 // when Track made it, the value's publication, in Unix nanoseconds
+	since int64 // when the value was published (Nanotime), as Track was told
 }
 
 // Slot returns the slot, or nil once its value has left the table.
 func (h *Handle[K, V]) Slot() *Slot[K, V] { return h.slot.Load() }
 
 // Track returns a new handle of s. Call it once, before s's value is
-// published: the value's removal clears the handle. It allocates the
-// handle, and s's lease table if s has none.
-func (s *Slot[K, V]) Track(owner any) *Handle[K, V] {
-	h := &Handle[K, V]{since: time.Now().UnixNano()}
+// published, with now the time of the publication (a Nanotime reading,
+// which the caller may have read for other ends): the value's removal
+// clears the handle. It allocates the handle, and s's lease table if s has
+// none.
+func (s *Slot[K, V]) Track(owner any, now int64) *Handle[K, V] {
+	h := &Handle[K, V]{since: now}
 	h.slot.Store(s)
 	s.leaseTable(owner).handle = unsafe.Pointer(h)
 	return h
@@ -392,7 +397,7 @@ func (s *Slot[K, V]) Track(owner any) *Handle[K, V] {
 func (s *Slot[K, V]) Published() time.Time {
 	if tb := s.leases.Load(); tb != nil {
 		if h := (*Handle[K, V])(tb.handle); h != nil {
-			return time.Unix(0, h.since)
+			return Time(h.since)
 		}
 	}
 	return time.Time{}
