@@ -261,8 +261,10 @@ func (r *room[K, V]) short() bool {
 // (the hit ratio of each policy is what epbench -workload hotset reports
 // beside otter's). The value goes to room.evicted, for drainEvicted (the
 // Get whose kick evicted it releases it itself, or a goroutine of its own
-// does); its unit comes back when Release returns. An unused value that is
-// leased is marked watched, so that the end of its lease calls kick.
+// does); its unit comes back when Release returns. Leases are asked of the
+// candidate about to go, not of every value weighed (evictPick): one found
+// leased is marked watched, so that the end of its lease calls kick, and
+// the next is tried.
 //
 // A candidate used or leased before it could be removed is passed over,
 // and the hand goes on: the walk ends when it evicts, or after a whole lap
@@ -282,8 +284,12 @@ func (c *Cache[K, V]) evictOne() (ok, gaveUp bool) {
 	start, lap, unleased := r.hand.laps, r.hand.laps, false
 	for r.hand.laps-start < maxLaps {
 		if r.hand.laps != lap { // a lap ended: a slot is met once a lap
-			if len(picks) > 0 && c.evictPick(picks) {
-				return true, false
+			if len(picks) > 0 {
+				ok, free := c.evictPick(picks)
+				if ok {
+					return true, false
+				}
+				unleased = unleased || free
 			}
 			picks = picks[:0]
 			if !unleased && r.hand.laps-start > 1 {
@@ -321,25 +327,26 @@ func (c *Cache[K, V]) evictOne() (ok, gaveUp bool) {
 			unleased = true
 			continue
 		}
-		if s.LeaseHeld() {
-			s.Watch(c)
-			if s.LeaseHeld() {
-				continue // its last lease ends on the slow path, which kicks
-			}
-			// The last lease ended on the fast path before Watch: free now.
-		}
-		unleased = true
+		// A candidate, leased or not: evictPick asks its lease table
+		// only if it is the one to go, so that an eviction reads one
+		// lease table, not one per value it weighs, and it watches a
+		// leased one then. Every candidate of a lap is asked before
+		// the lap ends (evictPick, at the latest when the lap does).
 		picks = append(picks, candidate[K, V]{s, st, r.freq.estimate(c.table.Hash(s.Key())), false, forced})
 		if len(picks) < evictionSample {
 			continue
 		}
-		if c.evictPick(picks) {
+		ok, free := c.evictPick(picks)
+		if ok {
 			return true, false
 		}
+		unleased = unleased || free
 		picks = picks[:0] // every one was used or leased meanwhile: go on
 	}
-	if len(picks) > 0 && c.evictPick(picks) {
-		return true, false
+	if len(picks) > 0 {
+		if ok, _ := c.evictPick(picks); ok {
+			return true, false
+		}
 	}
 	return false, true
 }
@@ -366,8 +373,12 @@ func (c *Cache[K, V]) evictWhileShort() {
 }
 
 // evictPick evicts the candidate asked for least that is still unused and
-// unleased, and reports whether there was one.
-func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) bool {
+// unleased, and reports whether there was one (ok). It asks a candidate's
+// lease table only when it is the one to go: one that is leased is watched,
+// so that its last lease's end kicks, and the next is tried. free reports
+// whether it met a candidate that was not leased (but used meanwhile), for
+// evictOne's end of a walk that met no unleased value.
+func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) (ok, free bool) {
 	r := c.room
 	n := r.next.Load()
 	for i := range uint64(recentWeighed) {
@@ -379,7 +390,7 @@ func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) bool {
 		if s == nil {
 			continue
 		}
-		if st := s.State(); c.table.Holds(s) && !c.table.Young(st) && !s.LeaseHeld() {
+		if st := s.State(); c.table.Holds(s) && !c.table.Young(st) {
 			picks = append(picks, candidate[K, V]{s, st, r.freq.estimate(c.table.Hash(s.Key())), true, false})
 		}
 	}
@@ -396,18 +407,31 @@ func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) bool {
 			}
 		}
 		p := picks[i]
+		if p.s.LeaseHeld() {
+			p.s.Watch(c)
+			if p.s.LeaseHeld() {
+				picks = slices.Delete(picks, i, i+1)
+				continue // its last lease ends on the slow path, which kicks
+			}
+			// The last lease ended on the fast path before Watch: free now.
+		}
 		if p.forced {
 			p.st = p.s.State()
 		}
 		if c.remove(p.s, p.st, true, func(p *stripe) { p.evictions.Add(1) }) {
-			return true
+			return true, true
 		}
-		if p.s.LeaseHeld() {
-			p.s.Watch(c) // leased as it was being removed: its end kicks
+		// Used meanwhile, or leased as it was being removed: watched, so
+		// that the lease's end kicks, unless that end came before the
+		// watch, which leaves the value free and the walk going on.
+		if !p.s.LeaseHeld() {
+			free = true
+		} else if p.s.Watch(c); !p.s.LeaseHeld() {
+			free = true
 		}
 		picks = slices.Delete(picks, i, i+1)
 	}
-	return false
+	return false, free
 }
 
 // remove takes s's value, found in state st, out of the cache for an
