@@ -838,29 +838,43 @@ var testHookDead func(sh any)
 // failure whose Until has passed) are marked Dead first, by CAS, so that a
 // Claim racing with the rebuild either keeps its slot alive or fails and
 // looks again; Dead ones are left behind. Called with sh.mu held.
+//
+// One walk of the old array collects the live slots, and the new array is
+// filled from them: under churn most of a rebuild's work (an eviction
+// leaves an Empty slot in the array, and the rebuild it leads to reclaims
+// it), which a second walk of the old array, and a call per slot, doubled
+// (BenchmarkMissUnderCap).
 func (t *Table[K, V]) rebuild(sh *shard[K, V], old *array[K, V]) *array[K, V] {
-	live := 0
-	now := time.Now()
-	old.each(func(s *Slot[K, V]) bool {
-		if !t.reclaim(s, now) {
-			live++
+	live := make([]*Slot[K, V], 0, sh.used)
+	var now time.Time // read once a failure is met: most slots are values or Empty
+	for g := range old.groups() {
+		grp := old.group(g)
+		for j := range uint64(groupSlots) {
+			s := grp.slot(j).Load()
+			if s == nil {
+				continue
+			}
+			if isValue(s.state.Load()) {
+				live = append(live, s) // a value, young, aged or being removed (whose kill waits for the mutex)
+				continue
+			}
+			if now.IsZero() {
+				now = time.Now()
+			}
+			if !t.reclaim(s, now) {
+				live = append(live, s)
+			}
 		}
-		return true
-	})
-	a := newArray[K, V](max(minSlots, (live+1)*refillDen/refillNum+1))
-	copied := 0
-	old.each(func(s *Slot[K, V]) bool {
-		// No slot turns Dead meanwhile (kill takes the mutex) or back to
-		// life, so exactly the live slots are copied: they fit. Groups keep
-		// no hash, so each key is hashed again (Options.Hash, if set, is
-		// called here, with the shard's mutex held).
-		if s.state.Load() != t.dead {
-			a.put(t.Hash(s.key), s)
-			copied++
-		}
-		return true
-	})
-	sh.used = copied
+	}
+	// No slot turns Dead meanwhile (kill takes the mutex) or back to
+	// life, so exactly the live slots are copied: they fit. Groups keep
+	// no hash, so each key is hashed again (Options.Hash, if set, is
+	// called here, with the shard's mutex held).
+	a := newArray[K, V](max(minSlots, (len(live)+1)*refillDen/refillNum+1))
+	for _, s := range live {
+		a.put(t.Hash(s.key), s)
+	}
+	sh.used = len(live)
 	sh.cells.Store(a)
 	return a
 }
