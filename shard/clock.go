@@ -66,7 +66,7 @@ func (t *Table[K, V]) InvalidateState(s *Slot[K, V], st *State[V]) (v V, ok bool
 	if !s.state.CompareAndSwap(st, t.evicting) {
 		return v, false
 	}
-	if s.Leased() > 0 {
+	if s.LeaseHeld() {
 		s.state.CompareAndSwap(t.evicting, st) // unless a use came meanwhile
 		return v, false
 	}
