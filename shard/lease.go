@@ -718,12 +718,24 @@ func (s *Slot[K, V]) Abandon() (releaseNow bool) {
 	if lines == nil && !tb.lines.CompareAndSwap(nil, sealedLines) {
 		lines = tb.lines.Load()
 	}
+	// eachTicket's walk, without a call per ticket: every eviction
+	// abandons its value.
 	var held int64
-	tb.eachTicket(lines, func(p *atomic.Uint64) {
-		if p.Or(ticketGone)&ticketHeld != 0 {
+	for j := range tb.tickets {
+		if tb.tickets[j].Or(ticketGone)&ticketHeld != 0 {
 			held++
 		}
-	})
+	}
+	if lines != nil && lines != sealedLines {
+		for i := range lines.mask.Load() + 1 {
+			l := lineAt(lines, i)
+			for j := range l.tickets {
+				if l.tickets[j].Or(ticketGone)&ticketHeld != 0 {
+					held++
+				}
+			}
+		}
+	}
 	held += int64(tb.extra.Or(extraGone) & extraCount)
 	return tb.drain.Add(held) == 0
 }
