@@ -99,12 +99,13 @@ func (s *sketch) halve() {
 func (s *sketch) estimate(h uint64) int {
 	x := h * 0x9e3779b97f4a7c15
 	block := (x >> 32) & s.mask &^ 7
-	b := s.words[block : block+8 : block+8]
+	b := (*[8]atomic.Uint64)(s.words[block : block+8 : block+8])
 	y := x ^ x>>29
-	least := uint64(15)
-	for i := range 4 {
-		yi := y >> (8 * i)
-		least = min(least, b[2*i+int(yi&1)].Load()>>(yi>>1&15*4)&15)
-	}
-	return int(least)
+	// Unrolled: counter i is in word 2i or 2i+1 (bit 8i of y), at the
+	// shift four times bits 8i+1 to 8i+4 of y.
+	c0 := b[y&1].Load() >> (y >> 1 & 15 * 4) & 15
+	c1 := b[2|y>>8&1].Load() >> (y >> 9 & 15 * 4) & 15
+	c2 := b[4|y>>16&1].Load() >> (y >> 17 & 15 * 4) & 15
+	c3 := b[6|y>>24&1].Load() >> (y >> 25 & 15 * 4) & 15
+	return int(min(c0, c1, c2, c3))
 }
