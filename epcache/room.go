@@ -110,8 +110,9 @@ func newRoom[K comparable, V any](max int) *room[K, V] {
 	return &room[K, V]{
 		max:  int64(max),
 		freq: newSketch(max),
-		// Room for evictPick's recent values too: it appends them.
-		picks: make([]candidate[K, V], 0, evictionSample+recentValues),
+		// Room for the recent values evictPick weighs too: it appends them
+		// (and evictOne clears no more than it used).
+		picks: make([]candidate[K, V], 0, evictionSample+recentWeighed),
 	}
 }
 
