@@ -94,10 +94,14 @@ type Table[K comparable, V any] struct {
 	// vacant is the one Dead slot the table puts in the place of a key's
 	// slot when its value leaves (kill), where no fresh slot of the key is
 	// needed: a tombstone, shared, so that an eviction allocates no slot.
-	// Its key is K's zero value, and its control byte vacantTag is never
-	// the zero key's tag: no lookup matches it, of the zero key by its
-	// tag, of any other by its key. nil with Options.Hash (the zero key's
-	// hash would be a call of the user's function): kill renews then.
+	// Its key is K's zero value, and its control byte vacantTag is the
+	// zero key's tag with bit 1 flipped: no lookup matches it, of the zero
+	// key by its tag, of any other by its key. Bit 1, not bit 0: matches
+	// may flag a byte that differs from the tag in bit 0 alone, just above
+	// a true match (the borrow of its subtraction), and the key
+	// comparison that sorts such a byte out would find the zero key. nil
+	// with Options.Hash (the zero key's hash would be a call of the
+	// user's function): kill renews then.
 	vacant    *Slot[K, V]
 	vacantTag uint64
 }
@@ -354,7 +358,7 @@ func New[K comparable, V any](opt Options[K]) (*Table[K, V], error) {
 	if t.kind != kindCustom {
 		t.vacant = &Slot[K, V]{}
 		t.vacant.state.Store(t.dead)
-		t.vacantTag = tagOf(t.Hash(*new(K))) ^ 1
+		t.vacantTag = tagOf(t.Hash(*new(K))) ^ 2
 	}
 	t.shard0 = unsafe.Pointer(&t.shards[0])
 	t.hit.Store(t.ready)
