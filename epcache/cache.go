@@ -283,6 +283,9 @@ func (c *Cache[K, V]) noRoom(ctx context.Context, s *shard.Slot[K, V], claim *sh
 // wait parks until f's outcome, ctx's end or Close, whichever comes first.
 // claimer says that the caller started the creation.
 func (c *Cache[K, V]) wait(ctx context.Context, s *shard.Slot[K, V], f *shard.Flight[V], claimer, lease bool) (v V, l Lease[K, V], err error) {
+	if f.Finished() {
+		return c.outcome(s, f, claimer, lease) // no select: see outcome
+	}
 	f.AddWaiters(1) // for Peers
 	defer f.AddWaiters(-1)
 	select {
@@ -301,7 +304,12 @@ func (c *Cache[K, V]) wait(ctx context.Context, s *shard.Slot[K, V], f *shard.Fl
 // outcome is what a Get or Acquire gets from f, whose Done is closed or
 // about to be.
 func (c *Cache[K, V]) outcome(s *shard.Slot[K, V], f *shard.Flight[V], claimer, lease bool) (v V, l Lease[K, V], err error) {
-	<-f.Done()
+	if !f.Finished() {
+		// A receive from a finished flight's Done, the one closed channel
+		// of every finished flight, would take that channel's lock: a
+		// lock every core's misses share.
+		<-f.Done()
+	}
 	if c.table.Closed() {
 		c.leave(s, f, claimer, lease)
 		return v, l, ErrClosed // the value, if any, is being released
