@@ -374,9 +374,12 @@ func (c *Cache[K, V]) evictWhileShort() {
 
 // evictPick evicts the candidate asked for least that is still unused and
 // unleased, and reports whether there was one (ok). It asks a candidate's
-// lease table only when it is the one to go: one that is leased is watched,
-// so that its last lease's end kicks, and the next is tried. free reports
-// whether it met a candidate that was not leased (but used meanwhile), for
+// lease table only when it is the one to go; one that is leased is passed
+// over for the next, and watched only if no candidate could go, so that
+// its last lease's end kicks then: a watch writes every ticket of the
+// value and sends the end of its lease to the slow path, which buys
+// nothing when another candidate makes the room. free reports whether it
+// met a candidate that was not leased (but used meanwhile), for
 // evictOne's end of a walk that met no unleased value.
 func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) (ok, free bool) {
 	r := c.room
@@ -390,10 +393,17 @@ func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) (ok, free bool) {
 		if s == nil {
 			continue
 		}
-		if st := s.State(); c.table.Holds(s) && !c.table.Young(st) {
+		// One that is leased is passed over, not watched: a value
+		// published last is usually still leased by its creator's
+		// caller, and the hand's own candidates are watched when none
+		// can go; the hand meets this value in its turn.
+		if st := s.State(); c.table.Holds(s) && !c.table.Young(st) && !s.LeaseHeld() {
 			picks = append(picks, candidate[K, V]{s, st, r.freq.estimate(c.table.Hash(s.Key())), true, false})
 		}
 	}
+	// The candidates found leased, in the order they were met.
+	var held [evictionSample + recentWeighed]candidate[K, V]
+	nheld := 0
 	for len(picks) > 0 {
 		// The least asked for first, then the next: usually the first
 		// will do. Of those asked for as often, a newcomer goes before
@@ -407,18 +417,13 @@ func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) (ok, free bool) {
 			}
 		}
 		p := picks[i]
+		picks = slices.Delete(picks, i, i+1)
 		if p.s.LeaseHeld() {
-			p.s.Watch(c)
-			if p.s.LeaseHeld() {
-				picks = slices.Delete(picks, i, i+1)
-				continue // its last lease ends on the slow path, which kicks
-			}
-			// The last lease ended on the fast path before Watch: free now.
+			held[nheld] = p
+			nheld++
+			continue
 		}
-		if p.forced {
-			p.st = p.s.State()
-		}
-		if c.remove(p.s, p.st, true, func(p *stripe) { p.evictions.Add(1) }) {
+		if c.tryEvict(p) {
 			return true, true
 		}
 		// Used meanwhile, or leased as it was being removed: watched, so
@@ -429,9 +434,33 @@ func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) (ok, free bool) {
 		} else if p.s.Watch(c); !p.s.LeaseHeld() {
 			free = true
 		}
-		picks = slices.Delete(picks, i, i+1)
+	}
+	// None could go: every leased one is watched now, so that the end of
+	// its last lease (on the slow path) kicks; one whose last lease ended
+	// before its watch is free, and goes.
+	for _, p := range held[:nheld] {
+		if p.s.Watch(c); p.s.LeaseHeld() {
+			continue // its last lease ends on the slow path, which kicks
+		}
+		if c.tryEvict(p) {
+			return true, true
+		}
+		if !p.s.LeaseHeld() {
+			free = true
+		} else if p.s.Watch(c); !p.s.LeaseHeld() {
+			free = true
+		}
 	}
 	return false, free
+}
+
+// tryEvict removes the candidate p for an eviction (remove), unless it was
+// used or leased meanwhile; a forced candidate's state is loaded afresh.
+func (c *Cache[K, V]) tryEvict(p candidate[K, V]) bool {
+	if p.forced {
+		p.st = p.s.State()
+	}
+	return c.remove(p.s, p.st, true, func(p *stripe) { p.evictions.Add(1) })
 }
 
 // remove takes s's value, found in state st, out of the cache for an
