@@ -91,19 +91,6 @@ type Table[K comparable, V any] struct {
 	aged       [IdleSteps + 1]*State[V] // the aged Ready states (age.go)
 	evicting   *State[V]                // a value InvalidateState is removing (age.go)
 	published  *State[V]                // the state Publish stores: ready, or cooled (SetProbation)
-	// vacant is the one Dead slot the table puts in the place of a key's
-	// slot when its value leaves (kill), where no fresh slot of the key is
-	// needed: a tombstone, shared, so that an eviction allocates no slot.
-	// Its key is K's zero value, and its control byte vacantTag is the
-	// zero key's tag with bit 1 flipped: no lookup matches it, of the zero
-	// key by its tag, of any other by its key. Bit 1, not bit 0: matches
-	// may flag a byte that differs from the tag in bit 0 alone, just above
-	// a true match (the borrow of its subtraction), and the key
-	// comparison that sorts such a byte out would find the zero key. nil
-	// with Options.Hash (the zero key's hash would be a call of the
-	// user's function): kill renews then.
-	vacant    *Slot[K, V]
-	vacantTag uint64
 }
 
 type shard[K comparable, V any] struct {
@@ -133,9 +120,8 @@ const shardSize = unsafe.Sizeof(struct {
 
 // array is one immutable-shape snapshot of a shard's slots, in groups of
 // seven: slots are only ever filled (nil → slot, under the shard mutex) or
-// replaced by a fresh slot of the same key (renew) or by the vacant slot,
-// a tombstone (kill), never emptied, so a group that has an empty slot
-// ends every probe that reaches it.
+// replaced by a fresh slot of the same key (renew), never emptied, so a
+// group that has an empty slot ends every probe that reaches it.
 //
 // An array is the first of 1+n groups allocated together: the first holds n
 // in its control word, the others are the groups proper. Keeping n in the
@@ -279,24 +265,6 @@ func (t *Table[K, V]) probe(a *array[K, V], h uint64, key K) *atomic.Pointer[Slo
 	}
 }
 
-// probeCell is probe, returning the group and the index of key's slot
-// (ok false: not found). Called with the shard mutex held.
-func (t *Table[K, V]) probeCell(a *array[K, V], h uint64, key K) (grp *group[K, V], j uint64, ok bool) {
-	tags := tagsOf(h)
-	for g := a.home(h); ; g = a.next(g) {
-		grp := a.group(g)
-		ctrl := grp.ctrl.Load()
-		for m := matches(ctrl, tags); m != 0; m &= m - 1 {
-			if j := byteIndex(m); t.equal(grp.slot(j).Load().key, key) {
-				return grp, j, true
-			}
-		}
-		if empties(ctrl) != 0 {
-			return nil, 0, false
-		}
-	}
-}
-
 // put stores s, whose key hashes to h, in the first empty slot of a from
 // h's home. Called with the shard mutex held, on an array with an empty
 // slot: the pointer first, then its control byte, so that a reader that
@@ -354,11 +322,6 @@ func New[K comparable, V any](opt Options[K]) (*Table[K, V], error) {
 	}
 	if opt.Hash != nil {
 		t.kind = kindCustom
-	}
-	if t.kind != kindCustom {
-		t.vacant = &Slot[K, V]{}
-		t.vacant.state.Store(t.dead)
-		t.vacantTag = tagOf(t.Hash(*new(K))) ^ 2
 	}
 	t.shard0 = unsafe.Pointer(&t.shards[0])
 	t.hit.Store(t.ready)
@@ -752,7 +715,7 @@ func (t *Table[K, V]) insertSlow(key K, h uint64) *Slot[K, V] {
 	defer sh.mu.Unlock()
 	a := sh.cells.Load()
 	if p := t.probe(a, h, key); p != nil {
-		return p.Load() // alive (see kill): the vacant slot matches no key's probe
+		return p.Load() // alive: see kill
 	}
 	if uint64(sh.used+1)*maxLoadDen > a.capacity()*maxLoadNum {
 		a = t.rebuild(sh, a)
@@ -773,12 +736,14 @@ func (t *Table[K, V]) newSlot(sh *shard[K, V], key K) *Slot[K, V] {
 
 // renew puts a fresh slot for key at p, whose slot, old, is Dead. Called
 // with the shard mutex held: arrays change only under it. The fresh slot
-// starts in stg, old's Straggling state, if a straggler marked on old
-// still runs (see Slot.MarkStraggler), unless the shard is sealed.
-func (t *Table[K, V]) renew(sh *shard[K, V], p *atomic.Pointer[Slot[K, V]], old *Slot[K, V], stg *State[V]) *Slot[K, V] {
+// starts Straggling if a straggler marked on old still runs (see
+// Slot.MarkStraggler).
+func (t *Table[K, V]) renew(sh *shard[K, V], p *atomic.Pointer[Slot[K, V]], old *Slot[K, V]) *Slot[K, V] {
 	s := t.newSlot(sh, old.key)
-	if !sh.closed && stg != nil {
-		s.state.Store(stg)
+	if !sh.closed {
+		if st := old.stragglerState(); st != nil {
+			s.state.Store(st)
+		}
 	}
 	p.Store(s)
 	return s
@@ -835,21 +800,16 @@ func (t *Table[K, V]) invalidate(s *Slot[K, V], match func(V) bool) (v V, ok boo
 	}
 }
 
-// kill moves s from st, a state holding its value, to Dead and takes it out
-// of the array: the table keeps no reference to the value. In its place
-// goes the vacant slot (a tombstone, which the next rebuild drops), or a
-// fresh slot of its key where one is needed: to carry a straggler
-// (Slot.MarkStraggler), or with Options.Hash. It reports false, changing
-// nothing, if s no longer holds st.
+// kill moves s from st, a state holding its value, to Dead and puts a fresh
+// slot for its key, whose hash is h, in its place: the table keeps no
+// reference to the value. It reports false, changing nothing, if s no
+// longer holds st.
 //
 // Both steps are one, under the shard's mutex, so that no rebuild comes
-// between them: a rebuild leaves Dead slots behind. So every slot in a
-// shard's current array is alive or the vacant one: a slot turns Dead
-// only under the mutex, and leaves the array in the same step (here, or in
-// rebuild). Most evicted keys are not asked for again before the rebuild
-// (a Zipf tail's): a fresh slot for each was an allocation for nothing
-// (BenchmarkMissUnderCap), and one that is asked for again gets its slot
-// then, from insertSlow.
+// between them: a rebuild leaves Dead slots behind, and the fresh slot is
+// what carries a straggler (Slot.MarkStraggler). So every slot in a shard's
+// current array is alive: a slot turns Dead only under the mutex, and
+// leaves the array in the same step (here, or in rebuild).
 func (t *Table[K, V]) kill(s *Slot[K, V], st *State[V], h uint64) bool {
 	sh := t.shardOf(h)
 	sh.mu.Lock()
@@ -863,26 +823,9 @@ func (t *Table[K, V]) kill(s *Slot[K, V], st *State[V], h uint64) bool {
 	}
 	// A slot holding a value is in the array until it is Dead: rebuilds
 	// keep it, and Seal, which takes the mutex too, would have changed st.
-	grp, j, ok := t.probeCell(sh.cells.Load(), h, s.key)
-	if !ok || grp.slot(j).Load() != s {
-		return true
+	if p := t.probe(sh.cells.Load(), h, s.key); p != nil && p.Load() == s {
+		t.renew(sh, p, s)
 	}
-	var stg *State[V]
-	if !sh.closed {
-		stg = s.stragglerState()
-	}
-	if stg != nil || t.vacant == nil || sh.closed {
-		t.renew(sh, grp.slot(j), s, stg)
-		return true
-	}
-	// The control byte first: a lookup that matches the new byte reads s
-	// (Dead: it looks again, on the slow path) or the vacant slot, whose
-	// key is not its own; one that matched s's tag before reads s, or the
-	// vacant slot, whose key is the zero key's only: Dead, for that
-	// lookup too. Nothing takes a Dead slot for a live one.
-	ctrl := grp.ctrl.Load()
-	grp.ctrl.Store(ctrl&^(0xff<<(8*j)) | t.vacantTag<<(8*j))
-	grp.slot(j).Store(t.vacant)
 	return true
 }
 
@@ -960,7 +903,7 @@ func (t *Table[K, V]) reclaim(s *Slot[K, V], now time.Time) bool {
 func (t *Table[K, V]) All() iter.Seq[*Slot[K, V]] {
 	return func(yield func(*Slot[K, V]) bool) {
 		for i := range t.shards {
-			if !t.shards[i].cells.Load().each(func(s *Slot[K, V]) bool { return s == t.vacant || yield(s) }) {
+			if !t.shards[i].cells.Load().each(yield) {
 				return
 			}
 		}
@@ -998,9 +941,6 @@ func (t *Table[K, V]) Seal(seal func(s *Slot[K, V], old *State[V])) error {
 		sh.closed = true
 		batch = batch[:0]
 		sh.cells.Load().each(func(s *Slot[K, V]) bool {
-			if s == t.vacant {
-				return true
-			}
 			if old := s.state.Swap(t.sealed); old != nil && old != t.dead {
 				s.untrack()
 				batch = append(batch, sealed{s, old})
