@@ -129,6 +129,7 @@ type candidate[K comparable, V any] struct {
 	freq   int
 	recent bool // one of the values published last, not the hand's
 	forced bool // in use, taken all the same (evictOne): its state is loaded afresh
+	leased bool // found leased by evictPick: passed over, watched if none can go
 }
 
 // evictionSample is how many unused values evictOne compares by frequency
@@ -332,7 +333,7 @@ func (c *Cache[K, V]) evictOne() (ok, gaveUp bool) {
 		// lease table, not one per value it weighs, and it watches a
 		// leased one then. Every candidate of a lap is asked before
 		// the lap ends (evictPick, at the latest when the lap does).
-		picks = append(picks, candidate[K, V]{s, st, r.freq.estimate(c.table.Hash(s.Key())), false, forced})
+		picks = append(picks, candidate[K, V]{s, st, r.freq.estimate(c.table.Hash(s.Key())), false, forced, false})
 		if len(picks) < evictionSample {
 			continue
 		}
@@ -393,34 +394,31 @@ func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) (ok, free bool) {
 		if s == nil {
 			continue
 		}
-		// One that is leased is passed over, not watched: a value
-		// published last is usually still leased by its creator's
-		// caller, and the hand's own candidates are watched when none
-		// can go; the hand meets this value in its turn.
-		if st := s.State(); c.table.Holds(s) && !c.table.Young(st) && !s.LeaseHeld() {
-			picks = append(picks, candidate[K, V]{s, st, r.freq.estimate(c.table.Hash(s.Key())), true, false})
+		if st := s.State(); c.table.Holds(s) && !c.table.Young(st) {
+			picks = append(picks, candidate[K, V]{s, st, r.freq.estimate(c.table.Hash(s.Key())), true, false, false})
 		}
 	}
-	// The candidates found leased, in the order they were met.
-	var held [evictionSample + recentWeighed]candidate[K, V]
-	nheld := 0
-	for len(picks) > 0 {
+	for {
 		// The least asked for first, then the next: usually the first
 		// will do. Of those asked for as often, a newcomer goes before
 		// the hand's (as TinyLFU admits a newcomer only if it was asked
 		// for more often than the value it would replace), else the
-		// hand's oldest.
-		i := 0
+		// hand's oldest. One found leased stays in picks, passed over.
+		i := -1
 		for j := range picks {
-			if picks[j].freq < picks[i].freq || picks[j].freq == picks[i].freq && picks[j].recent && !picks[i].recent {
+			if picks[j].leased {
+				continue
+			}
+			if i < 0 || picks[j].freq < picks[i].freq || picks[j].freq == picks[i].freq && picks[j].recent && !picks[i].recent {
 				i = j
 			}
 		}
-		p := picks[i]
-		picks = slices.Delete(picks, i, i+1)
+		if i < 0 {
+			break
+		}
+		p := &picks[i]
 		if p.s.LeaseHeld() {
-			held[nheld] = p
-			nheld++
+			p.leased = true
 			continue
 		}
 		if c.tryEvict(p) {
@@ -434,11 +432,13 @@ func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) (ok, free bool) {
 		} else if p.s.Watch(c); !p.s.LeaseHeld() {
 			free = true
 		}
+		picks = slices.Delete(picks, i, i+1)
 	}
 	// None could go: every leased one is watched now, so that the end of
 	// its last lease (on the slow path) kicks; one whose last lease ended
 	// before its watch is free, and goes.
-	for _, p := range held[:nheld] {
+	for i := range picks {
+		p := &picks[i]
 		if p.s.Watch(c); p.s.LeaseHeld() {
 			continue // its last lease ends on the slow path, which kicks
 		}
@@ -456,7 +456,7 @@ func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) (ok, free bool) {
 
 // tryEvict removes the candidate p for an eviction (remove), unless it was
 // used or leased meanwhile; a forced candidate's state is loaded afresh.
-func (c *Cache[K, V]) tryEvict(p candidate[K, V]) bool {
+func (c *Cache[K, V]) tryEvict(p *candidate[K, V]) bool {
 	if p.forced {
 		p.st = p.s.State()
 	}
