@@ -424,14 +424,7 @@ func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) (ok, free bool) {
 		if c.tryEvict(p) {
 			return true, true
 		}
-		// Used meanwhile, or leased as it was being removed: watched, so
-		// that the lease's end kicks, unless that end came before the
-		// watch, which leaves the value free and the walk going on.
-		if !p.s.LeaseHeld() {
-			free = true
-		} else if p.s.Watch(c); !p.s.LeaseHeld() {
-			free = true
-		}
+		free = c.watchUnlessFree(p) || free
 		picks = slices.Delete(picks, i, i+1)
 	}
 	// None could go: every leased one is watched now, so that the end of
@@ -445,13 +438,21 @@ func (c *Cache[K, V]) evictPick(picks []candidate[K, V]) (ok, free bool) {
 		if c.tryEvict(p) {
 			return true, true
 		}
-		if !p.s.LeaseHeld() {
-			free = true
-		} else if p.s.Watch(c); !p.s.LeaseHeld() {
-			free = true
-		}
+		free = c.watchUnlessFree(p) || free
 	}
 	return false, free
+}
+
+// watchUnlessFree is evictPick's step after p could not be removed: used
+// meanwhile, or leased as it was being removed. A leased p is watched, so
+// that its lease's end kicks; it reports whether p is free (not leased),
+// which it is also when that end came before the watch.
+func (c *Cache[K, V]) watchUnlessFree(p *candidate[K, V]) bool {
+	if !p.s.LeaseHeld() {
+		return true
+	}
+	p.s.Watch(c)
+	return !p.s.LeaseHeld()
 }
 
 // tryEvict removes the candidate p for an eviction (remove), unless it was
