@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // flightCtx is the context of one creation ([Flight.Context]): the values of
@@ -33,10 +34,10 @@ import (
 // Cancel, and always with context.Canceled.
 type flightCtx struct {
 	parent context.Context
-	done   atomic.Value // chan struct{}: made by the first Done, closed by Cancel (a chan is pointer-shaped: storing it allocates nothing)
-	ended  atomic.Bool  // Cancel was called: Err is Canceled
+	done   atomic.Pointer[byte] // Done's channel (chanWord): nil until the first Done or Cancel (closed)
+	ended  atomic.Bool          // Cancel was called: Err is Canceled
 
-	mu     sync.Mutex // guards the fields below, and making done
+	mu     sync.Mutex // guards the fields below
 	cause  error      // of the first Cancel
 	afters []*afterFunc
 	made   context.Context         // the cancelCtx for cause lookups, once made
@@ -50,9 +51,13 @@ type afterFunc struct {
 	started bool // guarded by flightCtx.mu: by Cancel, or stopped
 }
 
-// closedChan is the Done of a flight context first asked for it after
-// Cancel.
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+// chanWord and wordChan convert a channel to the pointer it is and back,
+// so that flightCtx.done and Flight.done hold the channel itself: one CAS
+// publishes Done's, where an atomic.Value's first Store takes three atomic
+// operations and pins the P, and a pointer to a chan variable would
+// allocate.
+func chanWord(c chan struct{}) *byte { return *(**byte)(unsafe.Pointer(&c)) }
+func wordChan(p *byte) chan struct{} { return *(*chan struct{})(unsafe.Pointer(&p)) }
 
 func (c *flightCtx) end(cause error) {
 	c.mu.Lock()
@@ -62,8 +67,11 @@ func (c *flightCtx) end(cause error) {
 	}
 	c.cause = cause
 	c.ended.Store(true) // before Done is closed: a closed Done finds Err set
-	if d := c.done.Load(); d != nil {
-		close(d.(chan struct{}))
+	// Either this end stores closed, and every Done returns it, or a
+	// Done's CAS came first, and this end closes its channel, which stays
+	// Done's (successive Dones return one channel).
+	if d := c.done.Load(); d != nil || !c.done.CompareAndSwap(nil, chanWord(closed)) {
+		close(wordChan(c.done.Load()))
 	}
 	if c.cancel != nil {
 		c.cancel(cause)
@@ -88,21 +96,17 @@ func (c *flightCtx) end(cause error) {
 
 func (c *flightCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
 
+// Done takes no lock: the first call's CAS publishes the channel it made,
+// unless another Done, or Cancel (closed), came first.
 func (c *flightCtx) Done() <-chan struct{} {
 	if d := c.done.Load(); d != nil {
-		return d.(chan struct{})
+		return wordChan(d)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if d := c.done.Load(); d != nil {
-		return d.(chan struct{})
+	d := make(chan struct{})
+	if c.done.CompareAndSwap(nil, chanWord(d)) {
+		return d
 	}
-	d := closedChan
-	if !c.ended.Load() {
-		d = make(chan struct{})
-	}
-	c.done.Store(d)
-	return d
+	return wordChan(c.done.Load())
 }
 
 func (c *flightCtx) Err() error {

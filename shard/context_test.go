@@ -151,3 +151,28 @@ func TestFlightContextDerivedEndsBeforeCancelReturns(t *testing.T) {
 		stop()
 	}
 }
+
+// Done called on many goroutines while Cancel runs: every call returns one
+// channel, also after Cancel, closed once (a second close would panic),
+// and a closed Done finds Err set.
+func TestFlightContextDoneRacingCancel(t *testing.T) {
+	for range 2000 {
+		f := claimWith(t, context.Background())
+		ctx := f.Context()
+		var wg sync.WaitGroup
+		dones := make([]<-chan struct{}, 4)
+		for i := range dones {
+			wg.Go(func() { dones[i] = ctx.Done() })
+		}
+		wg.Go(func() { f.Cancel(errCause) })
+		wg.Wait()
+		for _, d := range dones {
+			<-d
+			require.ErrorIs(t, ctx.Err(), context.Canceled)
+		}
+		for _, d := range dones {
+			require.Equal(t, dones[0], d, "two Dones of one context returned two channels")
+		}
+		require.Equal(t, dones[0], ctx.Done(), "Done changed after Cancel")
+	}
+}

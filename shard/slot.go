@@ -160,8 +160,8 @@ const (
 // when somebody waits, so that a creation nobody waits for costs one
 // allocation.
 type Flight[V any] struct {
-	state      State[V]                      // the Creating (later Failed) state of this flight
-	done       atomic.Pointer[chan struct{}] // nil until a waiter or Finish; &closed once finished
+	state      State[V]             // the Creating (later Failed) state of this flight
+	done       atomic.Pointer[byte] // Done's channel (chanWord): nil until a waiter or Finish; closed's once finished
 	resolved   atomic.Bool
 	kind       flightKind
 	returned   atomic.Bool               // the creator's function has returned (MarkReturned)
@@ -192,19 +192,22 @@ var closed = func() chan struct{} {
 
 // Finished reports whether Finish has been called (the outcome is set),
 // without making Done's channel.
-func (f *Flight[V]) Finished() bool { return f.done.Load() == &closed }
+func (f *Flight[V]) Finished() bool { return f.done.Load() == closedWord }
+
+// closedWord is closed as flight.done holds it.
+var closedWord = chanWord(closed)
 
 // Done is closed when the outcome is set. The first call before then makes
 // the channel.
 func (f *Flight[V]) Done() <-chan struct{} {
 	if p := f.done.Load(); p != nil {
-		return *p
+		return wordChan(p)
 	}
 	ch := make(chan struct{})
-	if f.done.CompareAndSwap(nil, &ch) {
+	if f.done.CompareAndSwap(nil, chanWord(ch)) {
 		return ch
 	}
-	return *f.done.Load() // Finish, or another waiter, came first
+	return wordChan(f.done.Load()) // Finish, or another waiter, came first
 }
 
 // TryResolve reports whether the caller won the right to call Finish. It
@@ -217,8 +220,8 @@ func (f *Flight[V]) TryResolve() bool { return f.resolved.CompareAndSwap(false, 
 // creation; the zero time means "until the creator settles the slot".
 func (f *Flight[V]) Finish(v V, err error, until time.Time) {
 	f.value, f.err, f.until = v, err, until
-	if p := f.done.Swap(&closed); p != nil {
-		close(*p) // a waiter made it: wake them
+	if p := f.done.Swap(closedWord); p != nil {
+		close(wordChan(p)) // a waiter made it: wake them
 	}
 }
 
