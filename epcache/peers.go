@@ -80,6 +80,21 @@ func (c *Cache[K, V]) Peers() iter.Seq[Peer[K]] {
 	}
 }
 
+// Peer reports what the cache holds for key, as Peers would yield it: a
+// value, a creation, a failure or a straggler; ok is false if it holds
+// none of those. A value given up that leases still hold (lingering) is
+// not key's any more, and Peer does not report it: Peers does. Peer takes
+// no lock and costs a lookup: it is the one-key Peers, for a caller that
+// must know whether a key has a creation in flight or a failure
+// remembered, which Load does not say. After Close it reports nothing.
+func (c *Cache[K, V]) Peer(key K) (p Peer[K], ok bool) {
+	s := c.table.Lookup(key)
+	if s == nil || c.table.Closed() {
+		return p, false
+	}
+	return c.describe(s)
+}
+
 // describe returns what Peers reports of s, and false for a slot that
 // holds nothing.
 func (c *Cache[K, V]) describe(s *shard.Slot[K, V]) (p Peer[K], ok bool) {

@@ -85,6 +85,19 @@ func TestPeersReportsEachState(t *testing.T) {
 		assert.Equal(t, epcache.PeerLingering, peers[4].State)
 		assert.Equal(t, 1, peers[4].Leases)
 		assert.Equal(t, epcache.PeerStraggling, peers[5].State)
+		// Peer reports each key's entry as Peers does, but a lingering
+		// value given up (key 4) and a key never asked for.
+		for k, want := range peers {
+			got, ok := c.Peer(k)
+			if want.State == epcache.PeerLingering {
+				assert.False(t, ok, "Peer(%d) reported a lingering value: %+v", k, got)
+				continue
+			}
+			assert.True(t, ok, "Peer(%d)", k)
+			assert.Equal(t, want, got, "Peer(%d)", k)
+		}
+		_, ok := c.Peer(6)
+		assert.False(t, ok, "Peer of a key never asked for")
 
 		// The lease's end releases key 4: it lingers no more. Unused,
 		// key 1's value goes idle.
@@ -106,5 +119,8 @@ func TestPeersReportsEachState(t *testing.T) {
 		for _, w := range waiters {
 			require.NoError(t, (<-w).err)
 		}
+		require.NoError(t, c.Close())
+		_, ok = c.Peer(1)
+		assert.False(t, ok, "Peer after Close")
 	})
 }
