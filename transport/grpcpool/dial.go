@@ -154,8 +154,8 @@ func (p *Pool) release(_ string, c *conn) {
 		p.st.shrunk.Add(1)
 	}
 	p.closeConn(c)
-	if p.cfg.MaxStreamsPerConn > 0 && !p.isMember(c.addr) {
-		p.tidy(c.addr) // its last connection may have closed
+	if p.cfg.MaxStreamsPerConn > 0 {
+		p.tidy(c.addr, true) // its last connection may have closed
 	}
 }
 

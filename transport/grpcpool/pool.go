@@ -459,7 +459,7 @@ func (p *Pool) SetMembers(addrs []string) {
 	if p.cfg.MaxStreamsPerConn > 0 {
 		p.streams.Range(func(a, _ any) bool {
 			if !set.has(a.(string)) {
-				p.tidy(a.(string))
+				p.tidy(a.(string), false)
 			}
 			return true
 		})
