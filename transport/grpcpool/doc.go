@@ -113,14 +113,16 @@
 // connections being dialed, MaxStreamsPerConn to each, so that 400 waiting
 // callers wait for 4 dials made at once. A call that fits on an open
 // connection never waits for those dials, and a waiting call takes a
-// stream freed meanwhile, under a full MaxConns too, or moves to a place
-// freed on a connection dialed before its own, whose dial then loses its
-// callers. Known limits: when MaxConns is full and an address's calls
-// take its one connection's streams in turn without pause, a growth dial
-// waiting for room may still evict that connection between two calls, and
-// it is dialed again; and the calls still running on a connection that a
-// connection error dropped count against its replacement until they end,
-// so that a call may wait for a growth dial it did not need. An address
+// stream freed meanwhile, under a full MaxConns too. Known limits: when
+// MaxConns is full and an address's calls take its one connection's
+// streams in turn without pause, a growth dial waiting for room may still
+// evict that connection between two calls, and it is dialed again; the
+// calls still running on a connection that a connection error dropped
+// count against its replacement until they end, so that a call may wait
+// for a growth dial it did not need; and a call waiting for one growth
+// dial does not move to a connection dialed at the same time that is
+// published with a stream free because its own caller left (a Dial that
+// ignores its context). An address
 // is warm (Pool.Warm) when any of its connections is ready; an address
 // keeps no memory in the pool once its connections, dials, remembered
 // failures and calls are gone, whether it left the members or SetMembers

@@ -138,32 +138,15 @@ func (s *streams) leaveRound(r *round) {
 }
 
 // end uncounts a call on l; if that freed a stream of a ready link that
-// was full, or a place on a link not ready, it wakes the calls waiting for
-// a growth dial (roundWatch). For a stream freed under MaxConns it returns
-// only once each has looked for a stream: the caller releases its lease
-// of l after end, and a growth dial still in the cache's line for room
-// would evict l, unleased, at once, for a connection that no call needs
-// any more (the woken call takes the stream freed on l, leased before end
-// returns).
-func (p *Pool) end(s *streams, l *link) { p.endFrom(s, l, false) }
-
-// endFrom is end for a call that is in a round itself (inRound: a call
-// that moves, carrying its round), which must not wait for the round to
-// be left, its own included; it looks for a stream itself next.
-func (p *Pool) endFrom(s *streams, l *link, inRound bool) {
-	if s.waiting.Load() == 0 {
-		l.calls.Add(-1)
+// was full, it wakes the calls waiting for a growth dial. Under MaxConns
+// it returns only once they have left their waits: the caller releases
+// its lease of l after end, and a growth dial still in the cache's line
+// for room would evict l, unleased, at once, for a connection that no
+// call needs any more (the woken call takes the stream freed on l).
+func (p *Pool) end(s *streams, l *link) {
+	if l.calls.Add(-1) != int32(p.cfg.MaxStreamsPerConn)-1 || s.waiting.Load() == 0 || !p.ready(l) {
 		return
 	}
-	freed := l.calls.Add(-1) == int32(p.cfg.MaxStreamsPerConn)-1
-	ready := p.ready(l)
-	if ready && !freed {
-		return // a stream of a link that had room already: no waiter looks for it
-	}
-	// A stream freed on a full ready link, or a place given back on a link
-	// not ready (its caller left, took a stream elsewhere or moved): the
-	// waiting calls look again (roundWatch), for the stream, or to move
-	// to this link's place from a later one.
 	s.roundMu.Lock()
 	r := s.round
 	s.round = newRound()
@@ -173,8 +156,8 @@ func (p *Pool) endFrom(s *streams, l *link, inRound bool) {
 		close(r.left)
 	}
 	s.roundMu.Unlock()
-	if ready && p.cfg.MaxConns > 0 && !inRound {
-		<-r.left // each looks, and leaves the round, at once
+	if p.cfg.MaxConns > 0 {
+		<-r.left // each leaves at once: its wait's context ends with freed
 	}
 }
 
@@ -231,9 +214,10 @@ func (p *Pool) doneStreams(addr string, s *streams, noConn bool) {
 // them until its connection, published, closes, so that the link it
 // publishes is one the counts know; a remembered failure keeps them for
 // SetMembers and Forget to find. It runs when an address leaves the
-// members, when a non-member's last call ends, and when one of an
-// address's connections closes, so that addresses that come and go
-// without SetMembers keep no memory either.
+// members, when a non-member's last call ends, when a member's last call
+// found no connection, and when one of an address's connections closes,
+// so that addresses that come and go without SetMembers keep no memory
+// either.
 func (p *Pool) tidy(addr string, closed bool) {
 	v, ok := p.streams.Load(addr)
 	if !ok || !closed && p.isMember(addr) {
@@ -397,16 +381,11 @@ func (p *Pool) doStreams(ctx context.Context, addr string, call func(ctx context
 	if p.anyReady(*s.links.Load()) {
 		p.st.streamWaits.Add(1) // every stream taken; a first dial is no wait for a stream
 	}
-	var carried *round // a moved call's round, which it never left
 	for {
 		// Counted as waiting before the round is read, so that a stream
 		// freed after this look wakes it (streams.end).
-		r := carried
-		if r == nil {
-			s.waiting.Add(1)
-			r = s.joinRound()
-		}
-		carried = nil
+		s.waiting.Add(1)
+		r := s.joinRound()
 		if l, lease, ok := p.pickReady(*s.links.Load(), int32(p.cfg.MaxStreamsPerConn)); ok {
 			s.waiting.Add(-1)
 			s.leaveRound(r)
@@ -416,45 +395,27 @@ func (p *Pool) doStreams(ctx context.Context, addr string, call func(ctx context
 		}
 		l := p.reserve(s)
 		wctx, cancel := context.WithCancel(ctx)
-		w := &roundWatch{s: s, l: l, cancel: cancel, done: make(chan struct{})}
-		go w.watch(p, r, wctx)
+		go func() {
+			select {
+			case <-r.freed:
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
 		// As doCounted: the call counts itself while it waits for the
 		// link's dial.
 		p.join(addr)
 		lease, err := p.cache.Acquire(wctx, l.key)
+		woken := err != nil && ctx.Err() == nil && wctx.Err() != nil
 		cancel()
-		<-w.done // the watcher has left its round, with a stream or not
-		if w.moved && err != nil && ctx.Err() == nil {
-			// A link before l has room: the call waits for its dial
-			// instead, in the round the watcher joined, so that a stream
-			// freed meanwhile is its too.
-			p.endFrom(s, l, true)
-			p.leave(addr)
-			carried = w.next
-			continue
-		}
-		if w.moved {
-			s.leaveRound(w.next)
-		}
 		s.waiting.Add(-1)
-		if w.took != nil {
-			// The watcher took a stream freed on a ready link: the call
-			// runs there, and gives back its place on l (and the lease
-			// of l, if its dial ended at that moment too).
-			if err == nil {
-				lease.Release()
-			}
-			p.end(s, l)
-			p.leave(addr)
-			hl, hlease := w.took, w.lease
-			defer hlease.Release() // after end: see end
-			defer p.end(s, hl)
-			return p.call(ctx, hlease.Value(), call)
-		}
+		s.leaveRound(r)
 		if err != nil {
 			p.end(s, l)
 			p.leave(addr)
 			switch {
+			case woken:
+				continue // a stream was freed on a ready link: look again
 			case errors.Is(err, errAbandoned):
 				p.cache.Forget(l.key)
 				continue
@@ -486,73 +447,6 @@ func (p *Pool) doStreams(ctx context.Context, addr string, call func(ctx context
 			lease.Release()
 		}()
 		return p.call(ctx, lease.Value(), call)
-	}
-}
-
-// roundWatch watches the rounds for a call that waits for the dial of its
-// link l. Each time a round ends (streams.end: a stream was freed on a
-// ready link, or a place on a link being dialed was given back), it looks
-// for a stream for the call, joined to the next round before it looks, so
-// that a stream freed meanwhile is not missed, and leaves the round it
-// woke from after the look: a call that frees a stream under MaxConns
-// waits for that (end), and so the stream it frees is taken, leased,
-// before its own lease of the connection ends. The call stays in the
-// dial's line meanwhile: a woken call that finds no stream leaves nothing,
-// so the dial it waits for keeps its callers and is not cancelled. The
-// watcher ends the call's wait (cancel) when it took a stream (lease, on
-// the link took) or when a link before l has room (moved), for the call
-// to wait there, still in the round it joined last (next): the places on
-// an address's links stay packed to the lowest, and the dials of links no
-// call needs any more lose their callers.
-type roundWatch struct {
-	s      *streams
-	l      *link
-	cancel context.CancelFunc
-	done   chan struct{} // closed when the watcher has left its last round
-
-	// Written before cancel and done, read after done.
-	took  *link
-	lease epcache.Lease[string, *conn]
-	moved bool
-	next  *round // with moved: the round joined, not left, for the call's next look
-}
-
-func (w *roundWatch) watch(p *Pool, r *round, ctx context.Context) {
-	defer close(w.done)
-	defer func() {
-		if !w.moved {
-			w.s.leaveRound(r)
-		}
-	}()
-	max := int32(p.cfg.MaxStreamsPerConn)
-	for {
-		select {
-		case <-r.freed:
-		case <-ctx.Done():
-			return
-		}
-		// Joined to the next round before the look, and out of the one
-		// it woke from after it, with the stream leased if it took one.
-		next := w.s.joinRound()
-		links := *w.s.links.Load()
-		l, lease, ok := p.pickReady(links, max)
-		w.s.leaveRound(r)
-		r = next
-		if ok {
-			w.took, w.lease = l, lease
-			w.cancel()
-			return
-		}
-		for _, b := range links {
-			if b == w.l {
-				break
-			}
-			if b.calls.Load() < max {
-				w.moved, w.next = true, r
-				w.cancel()
-				return
-			}
-		}
 	}
 }
 

@@ -118,3 +118,55 @@ func TestReviewFullPoolOneAddressEvictsItsOwnConnection(t *testing.T) {
 		t.Errorf("%d calls (%d failed) on one address under MaxConns 1: %d dials, %d evictions, grown %d; want 1 dial", calls.Load(), bad.Load(), n, st.DropsEvicted, st.Grown)
 	}
 }
+
+// TestReviewAWaiterIgnoresALinkThatBecameReadyWithRoom: one stream a
+// connection; link 0 is held. W1 and W2 wait for growth dials of links 1
+// and 2. W1 leaves on its ctx; link 1's dial ends: a ready connection with
+// its stream free. W2 still waits for link 2's dial (which hangs), though a
+// new call runs on link 1 at once ("a waiting call takes a stream freed
+// meanwhile").
+func TestReviewAWaiterIgnoresALinkThatBecameReadyWithRoom(t *testing.T) {
+	s := startServer(t)
+	var dials atomic.Int64
+	gate1, gate2 := make(chan struct{}), make(chan struct{})
+	var once1, once2 sync.Once
+	open1 := func() { once1.Do(func() { close(gate1) }) }
+	open2 := func() { once2.Do(func() { close(gate2) }) }
+	var d countingDial
+	p := newPool(t, grpcpool.Config{MaxStreamsPerConn: 1, Dial: func(ctx context.Context, addr string) (*grpc.ClientConn, error) {
+		switch dials.Add(1) {
+		case 2:
+			<-gate1
+		case 3:
+			<-gate2
+		}
+		return d.dial(ctx, addr)
+	}})
+	t.Cleanup(open1)
+	t.Cleanup(open2)
+	hs := holdAll(t, p, s.addr, 1)
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	defer cancel1()
+	e1 := make(chan error, 1)
+	go func() { e1 <- p.Do(ctx1, s.addr, check) }()
+	waitFor(t, "link 1's dial begins", func() bool { return dials.Load() == 2 })
+	e2 := make(chan error, 1)
+	go func() { e2 <- p.Do(context.Background(), s.addr, check) }()
+	waitFor(t, "link 2's dial begins", func() bool { return dials.Load() == 3 })
+	cancel1()
+	<-e1
+	open1()
+	waitFor(t, "link 1 ready", func() bool { return p.ConnsTo(s.addr) == 2 })
+	select {
+	case err := <-e2:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Errorf("W2 still waits for link 2's dial 2s after link 1 became ready with its stream free (ConnsTo=%d)", p.ConnsTo(s.addr))
+	}
+	open2()
+	if err := hs[0].finish(t); err != nil {
+		t.Fatal(err)
+	}
+}
