@@ -70,7 +70,7 @@ func (c *flightCtx) end(cause error) {
 	// Either this end stores closed, and every Done returns it, or a
 	// Done's CAS came first, and this end closes its channel, which stays
 	// Done's (successive Dones return one channel).
-	if d := c.done.Load(); d != nil || !c.done.CompareAndSwap(nil, chanWord(closed)) {
+	if d := c.done.Load(); d != nil || !c.done.CompareAndSwap(nil, closedWord) {
 		close(wordChan(c.done.Load()))
 	}
 	if c.cancel != nil {

@@ -207,7 +207,8 @@ func (p *Pool) doneStreams(addr string, s *streams, noConn bool) {
 
 // tidy deletes addr's streams from p.streams if none of its links has a
 // call, a connection, a dial in flight or a remembered dial failure, and
-// addr is not a member or its last connection has closed (closed): its
+// addr is not a member or anyMember (one of its connections has closed,
+// or its last call found none: a member's streams may be idle too): its
 // next call starts from a first link, as a new address does, and nothing
 // is lost. A call that is just reserving holds the streams as a user, so
 // tidy leaves them; a dial in flight, whose caller may have left, keeps
@@ -218,9 +219,9 @@ func (p *Pool) doneStreams(addr string, s *streams, noConn bool) {
 // found no connection, and when one of an address's connections closes,
 // so that addresses that come and go without SetMembers keep no memory
 // either.
-func (p *Pool) tidy(addr string, closed bool) {
+func (p *Pool) tidy(addr string, anyMember bool) {
 	v, ok := p.streams.Load(addr)
-	if !ok || !closed && p.isMember(addr) {
+	if !ok || !anyMember && p.isMember(addr) {
 		return
 	}
 	s := v.(*streams)

@@ -345,6 +345,7 @@ func TestReviewChurnOfLiveAddressesRetainsNothing(t *testing.T) {
 	p.SetMembers(nil)
 	var before, after runtime.MemStats
 	waitFor(t, "all closed", func() bool { return p.Stats().Open == 0 })
+	g0 := runtime.NumGoroutine() // the warm-up's lazily started goroutines included
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	const n = 500
@@ -353,7 +354,9 @@ func TestReviewChurnOfLiveAddressesRetainsNothing(t *testing.T) {
 	}
 	p.SetMembers(nil)
 	waitFor(t, "all closed", func() bool { return p.Stats().Open == 0 })
-	time.Sleep(200 * time.Millisecond)
+	// The closed connections' goroutines (and the buffers they hold) gone
+	// before the heap is read, however slowly they exit.
+	waitFor(t, "the closed connections' goroutines exit", func() bool { return runtime.NumGoroutine() <= g0 })
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	per := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / n
